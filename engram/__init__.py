@@ -1,0 +1,1 @@
+"""engram: the CLI and the process-wide settings."""

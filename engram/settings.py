@@ -1,0 +1,56 @@
+"""One settings class for the whole process, read from ``ENGRAM_*`` environment variables.
+
+Built by :func:`load_settings` (never at import time) so tests can point a process at its own
+broker, topic prefix and data directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob engram reads. The README's configuration table mirrors this class."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
+
+    data_dir: Path = Field(Path(".engram/data"), description="Per-tenant stores and broker data.")
+    cache_dir: Path = Field(
+        Path.home() / ".cache" / "engram", description="Kafka jars fetched from Maven Central."
+    )
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_version: str = Field("4.1.1", description="Apache Kafka version of the local broker.")
+    kafka_controller_port: int = Field(9093, description="KRaft controller port (local broker).")
+    kafka_heap: str = Field("512m", description="Max JVM heap of the local broker.")
+    topic_prefix: str = Field("engram", description="Prefix of every topic name.")
+    events_partitions: int = Field(12, ge=1, description="Partitions of the events topic.")
+    consumer_group: str = Field("engram-projector", description="Faust app id / consumer group.")
+    api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
+    api_port: int = Field(8000, description="Port the HTTP API binds.")
+    embedded_worker: bool = Field(True, description="Run the projector inside the API process.")
+    wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
+    max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    log_level: str = Field("INFO", description="Log level of engram's loggers.")
+
+    @property
+    def events_topic(self) -> str:
+        return f"{self.topic_prefix}.events"
+
+    @property
+    def dead_letters_topic(self) -> str:
+        return f"{self.topic_prefix}.dead-letters"
+
+    @property
+    def conversations_topic(self) -> str:
+        return f"{self.topic_prefix}.conversations"
+
+    @property
+    def tenants_dir(self) -> Path:
+        return self.data_dir / "tenants"
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Per-tenant state: the graph store, its checkpoint, read models and replay."""

@@ -1,0 +1,51 @@
+"""Where tenants' stores live: one directory per tenant, opened on demand, a bounded number open."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+from projections.graph import TenantGraph
+from schemas import vocabulary as v
+
+
+class TenantStores:
+    """Opens each tenant's graph at most once per process (RocksDB allows one opener)."""
+
+    def __init__(self, root: Path, *, max_open: int = 256) -> None:
+        self.root = root
+        self.max_open = max_open
+        self._open: OrderedDict[str, TenantGraph] = OrderedDict()
+
+    def _path(self, tenant: str) -> Path:
+        if not v.TENANT_RE.match(tenant):
+            raise ValueError(f"invalid tenant id {tenant!r}")
+        return self.root / tenant / "graph"
+
+    def exists(self, tenant: str) -> bool:
+        return v.TENANT_RE.match(tenant) is not None and self._path(tenant).is_dir()
+
+    def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
+        """The tenant's graph; None when it has none yet and ``create`` is false."""
+        graph = self._open.get(tenant)
+        if graph is not None:
+            self._open.move_to_end(tenant)
+            return graph
+        if not create and not self.exists(tenant):
+            return None
+        graph = TenantGraph(self._path(tenant))
+        self._open[tenant] = graph
+        while len(self._open) > self.max_open:
+            _, evicted = self._open.popitem(last=False)
+            evicted.flush()
+        return graph
+
+    def tenants(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "graph").is_dir())
+
+    def close(self) -> None:
+        for graph in self._open.values():
+            graph.flush()
+        self._open.clear()

@@ -1,0 +1,1 @@
+"""The contracts: Avro event schemas (``avro/``), the shared vocabulary and event validation."""

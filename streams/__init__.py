@@ -1,0 +1,1 @@
+"""Kafka and Faust: topics, codec, producer, the projector agent and the local broker."""

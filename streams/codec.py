@@ -1,0 +1,94 @@
+"""Avro single-object encoding of events: ``C3 01`` + CRC-64-AVRO fingerprint + Avro binary.
+
+Every record names the schema it was written with, so a reader resolves it against the current
+``Envelope`` (Avro schema resolution: new fields take their defaults). Writer schemas are found
+by fingerprint among the current schema and every schema file under ``avro/history/``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
+from fastavro.validation import ValidationError, validate
+
+from schemas.events import Event, InvalidEvent
+
+MAGIC = b"\xc3\x01"
+HEADER_EVENT_TYPE = "event-type"
+HEADER_FINGERPRINT = "schema-fingerprint"
+HEADER_REASON = "dead-letter-reason"
+
+
+def avro_dir() -> Path:
+    return Path(str(resources.files("schemas") / "avro"))
+
+
+def schema_fingerprint(schema: Any) -> bytes:
+    """The 8 bytes of the single-object header (CRC-64-AVRO, little-endian)."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+@cache
+def envelope_schema() -> Any:
+    return load_schema(avro_dir() / "engram.events.Envelope.avsc")
+
+
+@cache
+def writer_schemas() -> dict[bytes, Any]:
+    """Every schema an event may have been written with, by fingerprint."""
+    known = {schema_fingerprint(envelope_schema()): envelope_schema()}
+    history = avro_dir() / "history"
+    if history.is_dir():
+        for path in sorted(history.glob("*.avsc")):
+            schema = parse_schema(json.loads(path.read_text()))
+            known[schema_fingerprint(schema)] = schema
+    return known
+
+
+class UndecodableEvent(ValueError):
+    """Bytes that are not an event this codebase can read; the message is the reason."""
+
+
+def encode(event: Event, schema: Any | None = None) -> bytes:
+    """Encode with the current Envelope (or ``schema``, for tests of older writers)."""
+    schema = schema or envelope_schema()
+    record = event.to_avro()
+    try:
+        validate(record, schema, raise_errors=True)
+    except ValidationError as exc:
+        raise InvalidEvent(f"does not match the Avro schema: {exc}") from exc
+    out = io.BytesIO()
+    out.write(MAGIC)
+    out.write(schema_fingerprint(schema))
+    schemaless_writer(out, schema, record)
+    return out.getvalue()
+
+
+def decode(data: bytes, extra_writers: dict[bytes, Any] | None = None) -> Event:
+    if len(data) < 10 or data[:2] != MAGIC:
+        raise UndecodableEvent("not Avro single-object encoding (missing C3 01 marker)")
+    fp = data[2:10]
+    writer = (extra_writers or {}).get(fp) or writer_schemas().get(fp)
+    if writer is None:
+        raise UndecodableEvent(f"unknown writer schema fingerprint {fp.hex()}")
+    try:
+        record = schemaless_reader(
+            io.BytesIO(data[10:]), writer, envelope_schema(), return_record_name=True
+        )
+        return Event.from_avro(record)  # type: ignore[arg-type]
+    except Exception as exc:  # a corrupt body can fail anywhere in the reader
+        raise UndecodableEvent(f"corrupt Avro body: {type(exc).__name__}: {exc}") from exc
+
+
+def headers(event: Event, schema: Any | None = None) -> list[tuple[str, bytes]]:
+    return [
+        (HEADER_EVENT_TYPE, event.full_type.encode()),
+        (HEADER_FINGERPRINT, schema_fingerprint(schema or envelope_schema()).hex().encode()),
+    ]
