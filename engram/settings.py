@@ -30,7 +30,6 @@ class Settings(BaseSettings):
     consumer_group: str = Field("engram-projector", description="Faust app id / consumer group.")
     api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
     api_port: int = Field(8000, description="Port the HTTP API binds.")
-    embedded_worker: bool = Field(True, description="Run the projector inside the API process.")
     wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
     log_level: str = Field("INFO", description="Log level of engram's loggers.")

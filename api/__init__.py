@@ -1,0 +1,1 @@
+"""The HTTP API: reads from tenants' stores, writes by producing events."""

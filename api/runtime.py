@@ -1,0 +1,57 @@
+"""What the API process holds while it runs: stores, producer, the embedded projector."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import faust
+
+from engram.settings import Settings
+from projections.progress import Progress
+from projections.stores import TenantStores
+from streams.lag import LagMonitor
+from streams.producer import EventProducer
+from streams.projector import create_app
+from streams.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    stores: TenantStores
+    progress: Progress
+    producer: EventProducer
+    projector: faust.App
+    lag: LagMonitor
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Runtime]:
+    """Start producer, projector (Faust, in this event loop) and lag monitor; stop them after."""
+    await ensure_topics(settings)
+    stores = TenantStores(settings.tenants_dir, max_open=settings.max_open_stores)
+    progress = Progress()
+    runtime = Runtime(
+        settings=settings,
+        stores=stores,
+        progress=progress,
+        producer=EventProducer(settings),
+        projector=create_app(settings, stores, progress),
+        lag=LagMonitor(settings),
+    )
+    await runtime.producer.start()
+    await runtime.lag.start()
+    await runtime.projector.start()
+    log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
+    try:
+        yield runtime
+    finally:
+        await runtime.projector.stop()
+        await runtime.lag.stop()
+        await runtime.producer.stop()
+        stores.close()

@@ -1,0 +1,173 @@
+"""``engram``: the front door to the local stack, the log, replay and benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+from engram.logs import setup_logging
+from engram.settings import Settings, load_settings
+
+log = logging.getLogger("engram.cli")
+
+
+def _kafka(settings: Settings, args: argparse.Namespace) -> int:
+    from streams import kafka_local
+    from streams.topics import ensure_topics
+
+    match args.action:
+        case "start":
+            took = kafka_local.start(settings)
+            created = asyncio.run(ensure_topics(settings))
+            print(f"kafka answering on {settings.kafka_bootstrap} (took {took:.1f}s); "
+                  f"topics created: {', '.join(created) or 'none (all present)'}")  # fmt: skip
+            return 0
+        case "stop":
+            stopped = kafka_local.stop(settings)
+            print("kafka stopped" if stopped else "no broker of ours was running")
+            return 0
+        case "status":
+            st = kafka_local.status(settings)
+            state = "answering" if st.answering else "not answering"
+            print(f"kafka on {st.bootstrap}: {state}; pid {st.pid or '-'}")
+            return 0 if st.answering else 1
+        case "tool":
+            return kafka_local.run_tool(settings, args.tool, args.tool_args)
+    return 2
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.main import create_app
+
+    async def main() -> None:
+        config = uvicorn.Config(create_app(settings), host=settings.api_host,
+                                port=settings.api_port, log_config=None)  # fmt: skip
+        server = uvicorn.Server(config)
+        serving = asyncio.create_task(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.1)
+        if args.demo and server.started:
+            await _seed_demo(settings)
+        await serving
+
+    asyncio.run(main())
+    return 0
+
+
+async def _seed_demo(settings: Settings) -> None:
+    from streams.ingest import produce_lines
+    from streams.producer import EventProducer
+
+    if (settings.tenants_dir / "acme").exists():
+        log.info("demo tenant acme already present; not seeding again")
+        return
+    lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
+    async with EventProducer(settings) as producer:
+        report = await produce_lines(producer, lines)
+    log.info("seeded demo tenant acme with %d events", report.produced)
+    base = f"http://{settings.api_host}:{settings.api_port}"
+    print(f"\nengram is up on {base}; try:\n  curl -s {base}/v1/tenants/acme/memories\n", flush=True)
+
+
+def _produce(settings: Settings, args: argparse.Namespace) -> int:
+    from streams.ingest import produce_lines
+    from streams.producer import EventProducer
+
+    async def main() -> int:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        async with EventProducer(settings) as producer:
+            report = await produce_lines(producer, text.splitlines())
+        for line, reason in report.failed:
+            print(f"{args.file}:{line}: {reason}", file=sys.stderr)
+        print(f"produced {report.produced} events; {len(report.failed)} lines failed")
+        return 0 if report.ok else 1
+
+    return asyncio.run(main())
+
+
+def _replay(settings: Settings, args: argparse.Namespace) -> int:
+    import tempfile
+
+    from projections.read import export_nquads
+    from schemas.events import parse_time
+    from streams.replay import replay_tenant
+
+    as_of = round(parse_time(args.as_of, "--as-of").timestamp() * 1000) if args.as_of else None
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = asyncio.run(replay_tenant(settings, args.tenant, Path(tmp), as_of_ms=as_of))
+        out = export_nquads(graph)
+    if args.out:
+        Path(args.out).write_text(out)
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
+def _bench(settings: Settings, args: argparse.Namespace) -> int:
+    script = Path("bench") / f"{args.name}.py"
+    if not script.exists():
+        print(f"no benchmark {script} (run from the repository root)", file=sys.stderr)
+        return 2
+    return subprocess.call([sys.executable, str(script), *args.bench_args])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="engram",
+        description="Governed, reasoning memory for AI agents. Configuration comes from "
+        "ENGRAM_* environment variables (see the README).",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    k = sub.add_parser("kafka", help="the local single-node Kafka broker (KRaft, no Docker)")
+    ksub = k.add_subparsers(dest="action", required=True)
+    ksub.add_parser("start", help="fetch Kafka from Maven Central if needed, start, create topics")
+    ksub.add_parser("stop", help="stop the broker this project started")
+    ksub.add_parser("status", help="exit 0 if the broker answers")
+    t = ksub.add_parser("tool", help="run a Kafka command-line tool from the same jars")
+    t.add_argument("tool", choices=["topics", "consumer-groups", "console-consumer",
+                                    "console-producer", "get-offsets"])  # fmt: skip
+    t.add_argument("tool_args", nargs=argparse.REMAINDER, help="arguments for the tool")
+
+    s = sub.add_parser("serve", help="run the API with the projector in one process")
+    s.add_argument("--demo", action="store_true", help="seed the demo tenant 'acme' if absent")
+
+    pr = sub.add_parser("produce", help="append events from a JSON-lines file ('-' for stdin)")
+    pr.add_argument("file")
+
+    r = sub.add_parser("replay", help="rebuild a tenant from the log; print its facts as N-Quads")
+    r.add_argument("tenant")
+    r.add_argument("--as-of", help="only events the log recorded at or before this ISO time")
+    r.add_argument("--out", help="write the N-Quads here instead of stdout")
+
+    b = sub.add_parser("bench", help="run bench/NAME.py (prints JSON)")
+    b.add_argument("name")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = load_settings()
+    setup_logging(settings.log_level)
+    handlers = {"kafka": _kafka, "serve": _serve, "produce": _produce, "replay": _replay,
+                "bench": _bench}  # fmt: skip
+    try:
+        return handlers[args.command](settings, args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one clear line, not a stack trace, for an operator at a terminal
+        log.debug("command failed", exc_info=True)
+        print(f"engram {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

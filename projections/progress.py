@@ -1,0 +1,54 @@
+"""In-process news of what the projector has handled, for ``?wait=true`` and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from projections.graph import Outcome
+
+
+@dataclass(frozen=True)
+class Handled:
+    tenant: str | None
+    outcome: Outcome
+
+
+class Progress:
+    """Remembers the outcome of recently handled records and wakes whoever waits for one."""
+
+    def __init__(self, *, keep: int = 50_000) -> None:
+        self.keep = keep
+        self.last_offset: dict[int, int] = {}
+        self._recent: OrderedDict[tuple[int, int], Handled] = OrderedDict()
+        self._waiters: dict[tuple[int, int], list[asyncio.Future[Handled]]] = {}
+
+    def record(self, tenant: str | None, partition: int, offset: int, outcome: Outcome) -> None:
+        key = (partition, offset)
+        handled = Handled(tenant, outcome)
+        self.last_offset[partition] = max(offset, self.last_offset.get(partition, -1))
+        self._recent[key] = handled
+        while len(self._recent) > self.keep:
+            self._recent.popitem(last=False)
+        for fut in self._waiters.pop(key, []):
+            if not fut.done():
+                fut.set_result(handled)
+
+    async def wait_for(self, partition: int, offset: int, timeout: float) -> Handled | None:
+        """The outcome of the record at (partition, offset), or None if not handled in time."""
+        key = (partition, offset)
+        if key in self._recent:
+            return self._recent[key]
+        fut: asyncio.Future[Handled] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, []).append(fut)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return None
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters and fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    del self._waiters[key]

@@ -1,0 +1,135 @@
+"""Read models over a tenant's graph: memories as plain dicts for the API.
+
+Queries are fixed text; caller values only reach them as pyoxigraph terms (``substitutions``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyoxigraph import Literal, NamedNode, Variable
+
+from projections.graph import ASSERTED, RDF_TYPE, TenantGraph, e, memory_iri
+from schemas import vocabulary as v
+
+PREFIXES = {"e": v.ENGRAM}
+
+# Predicates with a place of their own in a memory's view; any other e: predicate is a property.
+_SHARED = {
+    "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
+    "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source",
+    "actor", "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy",
+    "forgotten", "forgottenAt", "forgottenReason",
+}  # fmt: skip
+
+
+def list_memory_ids(
+    graph: TenantGraph,
+    *,
+    kind: str | None = None,
+    scope: str | None = None,
+    memory_class: str | None = None,
+    active: bool | None = None,
+) -> list[str]:
+    """Ids of the memories matching every given filter, newest first."""
+    patterns = ["?m e:memoryId ?id ; e:recordedAt ?at ."]
+    subs: dict[Variable, Any] = {}
+    if kind is not None:
+        patterns.append("?m e:kind ?kind .")
+        subs[Variable("kind")] = Literal(kind)
+    if scope is not None:
+        patterns.append("?m e:scope ?scope .")
+        subs[Variable("scope")] = Literal(scope)
+    if memory_class is not None:
+        patterns.append("?m a ?cls .")
+        subs[Variable("cls")] = NamedNode(v.class_iri(memory_class))
+    inactive = "{ ?m e:supersededBy ?by } UNION { ?m e:forgotten true }"
+    if active is True:
+        patterns.append(f"FILTER NOT EXISTS {{ {inactive} }}")
+    elif active is False:
+        patterns.append(f"FILTER EXISTS {{ {inactive} }}")
+    query = (
+        f"SELECT ?id WHERE {{ GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }} }} "
+        "ORDER BY DESC(?at) ?id"
+    )
+    rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs)
+    return [row["id"].value for row in rows]  # type: ignore[union-attr]
+
+
+def _value(term: Any) -> Any:
+    """A literal's Python value: numbers and booleans typed, times and strings as text."""
+    if not isinstance(term, Literal):
+        return term.value
+    dt = term.datatype.value
+    if dt == v.XSD + "integer":
+        return int(term.value)
+    if dt in (v.XSD + "double", v.XSD + "decimal", v.XSD + "float"):
+        return float(term.value)
+    if dt == v.XSD + "boolean":
+        return term.value == "true"
+    return term.value
+
+
+def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
+    if not v.ID_RE.match(memory_id):
+        return None
+    m = memory_iri(memory_id)
+    facts: dict[str, list[Any]] = {}
+    classes: list[str] = []
+    for q in graph.store.quads_for_pattern(m, None, None, ASSERTED):
+        if q.predicate == RDF_TYPE:
+            classes.append(q.object.value)
+        elif q.predicate.value.startswith(v.ENGRAM):
+            facts.setdefault(q.predicate.value[len(v.ENGRAM):], []).append(q.object)
+    if "memoryId" not in facts:
+        return None
+
+    def one(name: str) -> Any:
+        found = facts.get(name)
+        return _value(found[0]) if found else None
+
+    superseded_by = one("supersededBy")
+    supersedes = sorted(
+        q.subject.value.rsplit(":", 1)[-1]
+        for q in graph.store.quads_for_pattern(None, e("supersededBy"), m, ASSERTED)
+    )
+    importance = one("importance")
+    forgotten = bool(one("forgotten"))
+    return {
+        "id": memory_id,
+        "memory_class": _class_name(classes[0]) if classes else "Memory",
+        "label": one("label"),
+        "content": one("content"),
+        "kind": one("kind"),
+        "scope": one("scope"),
+        "stakeholders": {
+            "user_id": one("stakeholderUser"),
+            "team_ids": sorted(_value(t) for t in facts.get("stakeholderTeam", [])),
+        },
+        "importance": importance,
+        "importance_name": v.Importance(importance).name.title() if importance else None,
+        "confidence": one("confidence"),
+        "expires_at": one("expiresAt"),
+        "properties": {
+            name: _value(vals[0]) for name, vals in sorted(facts.items()) if name not in _SHARED
+        },
+        "source": one("source"),
+        "actor": {"id": one("actor"), "role": one("actorRole")},
+        "valid_from": one("validFrom"),
+        "recorded_at": one("recordedAt"),
+        "updated_at": one("updatedAt"),
+        "superseded_by": superseded_by.rsplit(":", 1)[-1] if superseded_by else None,
+        "supersedes": supersedes,
+        "forgotten": forgotten,
+        "active": superseded_by is None and not forgotten,
+        "lineage": sorted(_value(x) for x in facts.get("changedBy", [])),
+    }
+
+
+def _class_name(iri: str) -> str:
+    return iri[len(v.ENGRAM):] if iri.startswith(v.ENGRAM) else iri
+
+
+def export_nquads(graph: TenantGraph) -> str:
+    """The asserted facts as sorted N-Quads: a stable form to diff against a replay."""
+    return "".join(sorted(f"{q} .\n" for q in graph.quads()))

@@ -1,0 +1,134 @@
+"""The Faust app and its agent ``project_tenant_events``: the log, projected into tenants' stores.
+
+``handle_record`` is the whole of what happens to one record, shared by the live agent and by
+replay, so a replayed store is built by exactly the code that built the live one. Errors are a
+stream of their own: a record that cannot be decoded, validated or applied goes to the
+dead-letter topic with its reason and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import faust
+
+from engram.settings import Settings
+from projections.graph import Outcome, Status
+from projections.progress import Progress
+from projections.stores import TenantStores
+from schemas import vocabulary as v
+from schemas.events import InvalidEvent, Position, validate
+from streams import codec
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes]]
+DeadLetterSink = Callable[[bytes | None, bytes | None, Headers, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka record as the projector sees it."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    position: Position
+
+
+@dataclass(frozen=True)
+class Result:
+    tenant: str | None
+    outcome: Outcome
+
+
+async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadLetterSink) -> Result:
+    """Decode, validate and apply one record; dead-letter it with a reason if any step refuses."""
+    tenant: str | None = None
+    try:
+        tenant = (record.key or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        tenant = None
+    if tenant is None or not v.TENANT_RE.match(tenant):
+        reason = f"record key is not a tenant id: {record.key!r}"
+        await dead_letter(record.key, record.value, record.headers, reason)
+        return Result(None, Outcome(Status.REJECTED, reason))
+
+    graph = stores.get(tenant, create=True)
+    assert graph is not None
+    if graph.already_applied(record.position):
+        return Result(tenant, Outcome(Status.SKIPPED))
+    try:
+        event = codec.decode(record.value or b"")
+        if event.tenant != tenant:
+            raise InvalidEvent(f"event tenant {event.tenant!r} differs from record key {tenant!r}")
+        validate(event)
+    except (codec.UndecodableEvent, InvalidEvent) as exc:
+        reason = str(exc)
+        await dead_letter(record.key, record.value, record.headers, reason)
+        graph.reject(record.position)
+        return Result(tenant, Outcome(Status.REJECTED, reason))
+
+    outcome = graph.apply(event, record.position)
+    if outcome.status is Status.REJECTED:
+        await dead_letter(record.key, record.value, record.headers, outcome.reason or "rejected")
+    return Result(tenant, outcome)
+
+
+def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> faust.App:
+    """The projector: one agent over the events topic, dead letters as a topic of their own."""
+    app = faust.App(
+        settings.consumer_group,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        web_enabled=False,
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        topic_replication_factor=1,
+        topic_partitions=settings.events_partitions,
+        broker_commit_every=200,
+        broker_commit_interval=1.0,
+    )
+    events = app.topic(settings.events_topic, internal=False)
+    dead_letters = app.topic(settings.dead_letters_topic, internal=False)
+
+    async def send_dead_letter(key: bytes | None, value: bytes | None, headers: Headers,
+                               reason: str, *, origin: Position) -> None:  # fmt: skip
+        extra = [
+            (codec.HEADER_REASON, reason.encode()),
+            ("original-topic", settings.events_topic.encode()),
+            ("original-partition", str(origin.partition).encode()),
+            ("original-offset", str(origin.offset).encode()),
+        ]
+        fut = await dead_letters.send(key=key, value=value, headers=[*headers, *extra])
+        await fut  # durable before the position moves past the record
+        log.warning("dead-lettered %s@%d:%d: %s", key, origin.partition, origin.offset, reason)
+
+    @app.agent(events, name="project_tenant_events")
+    async def project_tenant_events(stream: faust.StreamT) -> None:
+        async for ev in stream.events():
+            msg = ev.message
+            position = Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000))
+            raw_headers = msg.headers or []
+            if isinstance(raw_headers, dict):
+                raw_headers = raw_headers.items()
+            record = Record(msg.key, msg.value, list(raw_headers), position)
+
+            async def sink(key: bytes | None, value: bytes | None, headers: Headers,
+                           reason: str, _pos: Position = position) -> None:  # fmt: skip
+                await send_dead_letter(key, value, headers, reason, origin=_pos)
+
+            try:
+                result = await handle_record(record, stores, sink)
+            except Exception as exc:  # the agent never dies on one record
+                log.exception("projection failed at %d:%d", position.partition, position.offset)
+                reason = f"projection error: {type(exc).__name__}: {exc}"
+                await sink(record.key, record.value, record.headers, reason)
+                result = Result(None, Outcome(Status.REJECTED, reason))
+            progress.record(result.tenant, position.partition, position.offset, result.outcome)
+
+    return app

@@ -1,0 +1,41 @@
+"""The topics of DESIGN §4, created with their settings if missing (never altered if present)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from engram.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LOG_FOREVER = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"}
+
+
+def topic_specs(settings: Settings) -> list[NewTopic]:
+    n = settings.events_partitions
+    return [
+        NewTopic(settings.events_topic, n, 1, topic_configs=dict(LOG_FOREVER)),
+        NewTopic(settings.conversations_topic, n, 1, topic_configs=dict(LOG_FOREVER)),
+        NewTopic(settings.dead_letters_topic, 1, 1, topic_configs=dict(LOG_FOREVER)),
+    ]
+
+
+async def ensure_topics(settings: Settings) -> list[str]:
+    """Create whichever topics are missing; return the names created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [t for t in topic_specs(settings) if t.name not in existing]
+        if missing:
+            # another process may race us to it; the topic is there either way
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(missing)
+            log.info("created topics %s", [t.name for t in missing])
+        return [t.name for t in missing]
+    finally:
+        await admin.close()
