@@ -43,8 +43,7 @@ class Attribution(BaseModel):
         env = self.model_dump(include={"source", "actor", "occurred_at", "purpose",
                                        "correlation_id"}, exclude_none=True)  # fmt: skip
         event_id = str(self.event_id or uuid4())
-        return {"type": event_type, "tenant": tenant, "payload": payload, "event_id": event_id,
-                **env}
+        return {"type": event_type, "tenant": tenant, "payload": payload, "event_id": event_id, **env}
 
 
 class MemoryCreate(Attribution):

@@ -49,8 +49,7 @@ def list_memory_ids(
     elif active is False:
         patterns.append(f"FILTER EXISTS {{ {inactive} }}")
     query = (
-        f"SELECT ?id WHERE {{ GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }} }} "
-        "ORDER BY DESC(?at) ?id"
+        f"SELECT ?id WHERE {{ GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }} }} ORDER BY DESC(?at) ?id"
     )
     rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs)
     return [row["id"].value for row in rows]  # type: ignore[union-attr]
@@ -80,7 +79,7 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
         if q.predicate == RDF_TYPE:
             classes.append(q.object.value)
         elif q.predicate.value.startswith(v.ENGRAM):
-            facts.setdefault(q.predicate.value[len(v.ENGRAM):], []).append(q.object)
+            facts.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object)
     if "memoryId" not in facts:
         return None
 
@@ -110,9 +109,7 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
         "importance_name": v.Importance(importance).name.title() if importance else None,
         "confidence": one("confidence"),
         "expires_at": one("expiresAt"),
-        "properties": {
-            name: _value(vals[0]) for name, vals in sorted(facts.items()) if name not in _SHARED
-        },
+        "properties": {name: _value(vals[0]) for name, vals in sorted(facts.items()) if name not in _SHARED},
         "source": one("source"),
         "actor": {"id": one("actor"), "role": one("actorRole")},
         "valid_from": one("validFrom"),
@@ -127,7 +124,7 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
 
 
 def _class_name(iri: str) -> str:
-    return iri[len(v.ENGRAM):] if iri.startswith(v.ENGRAM) else iri
+    return iri[len(v.ENGRAM) :] if iri.startswith(v.ENGRAM) else iri
 
 
 def export_nquads(graph: TenantGraph) -> str:

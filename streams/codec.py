@@ -79,9 +79,7 @@ def decode(data: bytes, extra_writers: dict[bytes, Any] | None = None) -> Event:
     if writer is None:
         raise UndecodableEvent(f"unknown writer schema fingerprint {fp.hex()}")
     try:
-        record = schemaless_reader(
-            io.BytesIO(data[10:]), writer, envelope_schema(), return_record_name=True
-        )
+        record = schemaless_reader(io.BytesIO(data[10:]), writer, envelope_schema(), return_record_name=True)
         return Event.from_avro(record)  # type: ignore[arg-type]
     except Exception as exc:  # a corrupt body can fail anywhere in the reader
         raise UndecodableEvent(f"corrupt Avro body: {type(exc).__name__}: {exc}") from exc
