@@ -1,0 +1,142 @@
+"""Projection of each event type into a real on-disk pyoxigraph store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from projections.graph import Status, TenantGraph
+from projections.read import export_nquads, get_memory, list_memory_ids
+from schemas.events import Position
+from tests.factories import EXAMPLES, event, remembered
+
+
+class Log:
+    """Feeds events to a graph at increasing offsets, as one partition would."""
+
+    def __init__(self, graph: TenantGraph) -> None:
+        self.graph, self.offset = graph, -1
+
+    def apply(self, event_type: str, payload: dict, **extra: object) -> Status:
+        self.offset += 1
+        outcome = self.graph.apply(event(event_type, payload, **extra), Position(3, self.offset, 1_764_547_200_000))
+        self.last_reason = outcome.reason
+        return outcome.status
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Log:
+    return Log(TenantGraph(tmp_path / "graph"))
+
+
+def test_remembered_projects_every_field(log: Log) -> None:
+    assert log.apply("MemoryRemembered", dict(EXAMPLES["MemoryRemembered"])) is Status.APPLIED
+    m = get_memory(log.graph, "m1")
+    assert m is not None
+    assert m["memory_class"] == "PerformanceTargetMemory"
+    assert (m["kind"], m["scope"], m["importance"], m["importance_name"]) == ("objective", "company", 5, "Critical")
+    assert m["confidence"] == 0.9
+    assert m["expires_at"] == "2027-01-01T00:00:00Z"
+    assert m["properties"] == {"metric": "roas", "goal": 3.0, "strict": True, "window": 30}
+    assert m["stakeholders"] == {"user_id": None, "team_ids": ["growth"]}
+    assert m["actor"] == {"id": "dana", "role": "operator"} and m["source"] == "operator"
+    assert m["recorded_at"] == "2025-12-01T00:00:00Z"
+    assert m["active"] is True and len(m["lineage"]) == 1
+
+
+def test_revised_three_states_absent_null_value(log: Log) -> None:
+    log.apply("MemoryRemembered", dict(EXAMPLES["MemoryRemembered"]))
+    assert log.apply("MemoryRevised", dict(EXAMPLES["MemoryRevised"])) is Status.APPLIED
+    m = get_memory(log.graph, "m1")
+    assert m is not None
+    assert m["label"] == "new label"  # value: set
+    assert m["importance"] == 4
+    assert m["expires_at"] is None  # null: cleared
+    assert m["content"] == "content of m1"  # absent: untouched
+    assert m["properties"]["goal"] == 3.5
+    assert "window" not in m["properties"]
+    assert m["properties"]["metric"] == "roas"
+    assert len(m["lineage"]) == 2
+
+
+def test_supersede_restore_and_forget(log: Log) -> None:
+    log.apply("MemoryRemembered", remembered("m1"))
+    log.apply("MemoryRemembered", remembered("m2"))
+    assert log.apply("MemorySuperseded", {"memory_id": "m1", "superseded_by": "m2"}) is Status.APPLIED
+    assert get_memory(log.graph, "m1")["superseded_by"] == "m2"  # type: ignore[index]
+    assert get_memory(log.graph, "m2")["supersedes"] == ["m1"]  # type: ignore[index]
+    assert list_memory_ids(log.graph, active=True) == ["m2"]
+    assert list_memory_ids(log.graph, active=False) == ["m1"]
+    assert log.apply("MemoryRestored", {"memory_id": "m1"}) is Status.APPLIED
+    assert sorted(list_memory_ids(log.graph, active=True)) == ["m1", "m2"]
+    assert log.apply("MemoryRestored", {"memory_id": "m1"}) is Status.REJECTED
+    assert "not superseded" in log.last_reason
+    assert log.apply("MemoryForgotten", {"memory_id": "m2", "reason": "gdpr"}) is Status.APPLIED
+    m2 = get_memory(log.graph, "m2")
+    assert m2 is not None and m2["content"] == "[redacted]" and m2["forgotten"] and not m2["active"]
+    assert m2["label"] == "label of m2" and len(m2["lineage"]) == 2  # node and lineage kept
+
+
+def test_replaces_supersedes_in_the_same_event(log: Log) -> None:
+    log.apply("MemoryRemembered", remembered("old"))
+    assert log.apply("MemoryRemembered", remembered("new", replaces="old")) is Status.APPLIED
+    assert get_memory(log.graph, "old")["superseded_by"] == "new"  # type: ignore[index]
+
+
+def test_kpi_spend_clock_stakeholder_replace_their_values(log: Log) -> None:
+    log.apply("KpiObserved", {"metric": "roas", "value": 2.7, "period": "2026-11"})
+    log.apply("KpiObserved", {"metric": "roas", "value": 3.2, "period": "2026-12"})
+    log.apply("SpendObserved", dict(EXAMPLES["SpendObserved"]))
+    log.apply("ClockTicked", {"now": "2026-12-01T00:00:00Z"})
+    log.apply("ClockTicked", {"now": "2026-12-02T00:00:00Z"})
+    log.apply("StakeholderChanged", dict(EXAMPLES["StakeholderChanged"]))
+    log.apply("StakeholderChanged", {"user_id": "sam", "team_ids": ["brand"], "role": "operator"})
+    q = log.graph.store.query
+    pre = "PREFIX e: <https://engram.dev/ns#> SELECT * WHERE { GRAPH ?g { "
+    assert [r["v"].value for r in q(pre + "<urn:engram:kpi:roas> e:value ?v } }")] == ["3.2"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:spend:meta> e:amount ?v } }")] == ["34000"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:clock> e:now ?v } }")] == ["2026-12-02T00:00:00Z"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:user:sam> e:team ?v } }")] == ["brand"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:user:sam> e:role ?v } }")] == ["operator"]
+
+
+def test_redelivery_is_skipped_by_the_checkpoint(log: Log, tmp_path: Path) -> None:
+    log.apply("MemoryRemembered", remembered("m1"))
+    ev = event("MemoryRevised", {"memory_id": "m1", "changes": {"label": "A"}})
+    assert log.graph.apply(ev, Position(3, 1)).status is Status.APPLIED
+    later = event("MemoryRevised", {"memory_id": "m1", "changes": {"label": "B"}})
+    assert log.graph.apply(later, Position(3, 2)).status is Status.APPLIED
+    before = export_nquads(log.graph)
+    assert log.graph.apply(ev, Position(3, 1)).status is Status.SKIPPED  # redelivered: no effect
+    assert export_nquads(log.graph) == before
+    assert get_memory(log.graph, "m1")["label"] == "B"  # type: ignore[index]
+    assert log.graph.handled() == 3
+    assert log.graph.checkpoint() == Position(3, 2)
+
+
+def test_checkpoint_survives_reopening(tmp_path: Path) -> None:
+    g = TenantGraph(tmp_path / "graph")
+    g.apply(event("MemoryRemembered", remembered("m1")), Position(0, 41))
+    del g
+    again = TenantGraph(tmp_path / "graph")
+    assert again.checkpoint() == Position(0, 41)
+    assert again.apply(event("MemoryRemembered", remembered("m1")), Position(0, 41)).status is Status.SKIPPED
+
+
+def test_invalid_against_state_is_rejected_but_moves_the_position(log: Log) -> None:
+    assert log.apply("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}) is Status.REJECTED
+    assert "unknown memory ghost" in log.last_reason
+    assert log.apply("MemorySuperseded", {"memory_id": "ghost", "superseded_by": "m9"}) is Status.REJECTED
+    log.apply("MemoryRemembered", remembered("m1"))
+    assert log.apply("MemoryRemembered", remembered("m1", label="other")) is Status.REJECTED
+    assert "already exists" in log.last_reason
+    assert log.graph.checkpoint() == Position(3, 3)
+    assert log.graph.handled() == 4
+
+
+def test_literals_with_quotes_and_newlines_are_stored_verbatim(log: Log) -> None:
+    tricky = 'He said "}} ; DROP ALL ; INSERT DATA {" \n\t\\ and left'
+    log.apply("MemoryRemembered", remembered("m1", content=tricky, label="<script>"))
+    m = get_memory(log.graph, "m1")
+    assert m is not None and m["content"] == tricky and m["label"] == "<script>"
