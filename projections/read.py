@@ -48,8 +48,10 @@ def list_memory_ids(
         patterns.append(f"FILTER NOT EXISTS {{ {inactive} }}")
     elif active is False:
         patterns.append(f"FILTER EXISTS {{ {inactive} }}")
+    # oxigraph substitutes only projected variables, so the filters are projected too
+    projected = " ".join(["?id", *(f"?{var.value}" for var in subs)])
     query = (
-        f"SELECT ?id WHERE {{ GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }} }} ORDER BY DESC(?at) ?id"
+        f"SELECT {projected} WHERE {{ GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }} }} ORDER BY DESC(?at) ?id"
     )
     rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs)
     return [row["id"].value for row in rows]  # type: ignore[union-attr]

@@ -140,3 +140,17 @@ def test_literals_with_quotes_and_newlines_are_stored_verbatim(log: Log) -> None
     log.apply("MemoryRemembered", remembered("m1", content=tricky, label="<script>"))
     m = get_memory(log.graph, "m1")
     assert m is not None and m["content"] == tricky and m["label"] == "<script>"
+
+
+def test_list_filters(log: Log) -> None:
+    log.apply("MemoryRemembered", remembered("a", kind="preference", scope="user", stakeholders={"user_id": "sam"}))
+    log.apply("MemoryRemembered", remembered("b", kind="objective", memory_class="PerformanceTargetMemory"))
+    log.apply("MemoryRemembered", remembered("c", kind="objective"))
+    log.apply("MemorySuperseded", {"memory_id": "c", "superseded_by": "b"})
+    assert list_memory_ids(log.graph, kind="preference") == ["a"]
+    assert sorted(list_memory_ids(log.graph, kind="objective")) == ["b", "c"]
+    assert sorted(list_memory_ids(log.graph, scope="company")) == ["b", "c"]
+    assert list_memory_ids(log.graph, memory_class="PerformanceTargetMemory") == ["b"]
+    assert list_memory_ids(log.graph, memory_class=":PerformanceTargetMemory") == ["b"]
+    assert list_memory_ids(log.graph, kind="objective", active=True) == ["b"]
+    assert list_memory_ids(log.graph, kind="fact") == []

@@ -1,0 +1,170 @@
+"""Produce -> projected -> read, through a real server, a real broker and real on-disk stores."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from engram.settings import Settings
+from schemas.events import Actor, Event
+from streams import codec
+from tests.factories import event
+from tests.integration.conftest import Server
+
+pytestmark = pytest.mark.integration
+
+WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
+
+
+def remember(server: Server, tenant: str, **body: object) -> httpx.Response:
+    payload = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3, **body}
+    return httpx.post(f"{server.url}/v1/tenants/{tenant}/memories", params={"wait": "true"}, json=payload, timeout=40)
+
+
+def test_write_wait_then_read(server: Server) -> None:
+    r = remember(
+        server,
+        "acme",
+        memory_id="roas-target",
+        label="ROAS target",
+        kind="objective",
+        importance=5,
+        memory_class="PerformanceTargetMemory",
+        properties={"metric": "roas", "goal": 3.0},
+    )
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["applied"] is True and body["memory_id"] == "roas-target" and body["offset"] >= 0
+    got = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas-target").json()
+    assert got["label"] == "ROAS target" and got["properties"] == {"metric": "roas", "goal": 3.0}
+    assert got["importance_name"] == "Critical" and got["active"] is True
+
+    assert remember(server, "acme", memory_id="pref", kind="preference", scope="user", stakeholders={"user_id": "sam"}).status_code == 202
+    lst = httpx.get(f"{server.url}/v1/tenants/acme/memories").json()
+    assert lst["count"] == 2
+    assert [m["id"] for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"kind": "preference"}).json()["data"]] == ["pref"]
+    assert [m["id"] for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"scope": "company"}).json()["data"]] == ["roas-target"]
+    by_class = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"class": "PerformanceTargetMemory"}).json()
+    assert [m["id"] for m in by_class["data"]] == ["roas-target"]
+
+    r = remember(server, "acme", memory_id="roas-target-2", replaces="roas-target", kind="objective")
+    assert r.status_code == 202, r.text
+    active = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"active": "true"}).json()
+    assert sorted(m["id"] for m in active["data"]) == ["pref", "roas-target-2"]
+    inactive = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"active": "false"}).json()
+    assert [m["id"] for m in inactive["data"]] == ["roas-target"]
+
+
+def test_kpi_write_is_projected(server: Server) -> None:
+    for value in (2.7, 3.2):
+        r = httpx.post(
+            f"{server.url}/v1/tenants/acme/kpis",
+            params={"wait": "true"},
+            json={**WHO, "source": "pipeline", "metric": "roas", "value": value, "period": "2026-12"},
+            timeout=40,
+        )
+        assert r.status_code == 202 and r.json()["applied"], r.text
+    nq = httpx.get(f"{server.url}/v1/tenants/acme/graph").text
+    assert '<urn:engram:kpi:roas> <https://engram.dev/ns#value> "3.2"' in nq
+    assert '"2.7"' not in nq
+
+
+def test_tenants_are_isolated(server: Server) -> None:
+    assert remember(server, "tenant-a", memory_id="secret").status_code == 202
+    assert httpx.get(f"{server.url}/v1/tenants/tenant-b/memories/secret").status_code == 404
+    assert httpx.get(f"{server.url}/v1/tenants/tenant-b/memories").json() == {"data": [], "count": 0}
+    assert httpx.get(f"{server.url}/v1/tenants/tenant-b/graph").text == ""
+    assert httpx.get(f"{server.url}/v1/tenants/tenant-a/memories").json()["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "reason"),
+    [
+        ({"importance": 9}, 422, "less than or equal to 5"),
+        ({"scope": "user"}, 422, "needs stakeholders.user_id"),
+        ({"kind": "rumour"}, 422, "kind"),
+        ({"replaces": "ghost"}, 422, "unknown memory ghost"),
+        ({"memory_class": "not a class"}, 422, "memory_class"),
+        ({"source": None}, 422, "source"),
+    ],
+)
+def test_bad_writes_get_4xx_with_reason(server: Server, body: dict, status: int, reason: str) -> None:
+    r = remember(server, "acme", **body)
+    assert r.status_code == status, r.text
+    assert reason in r.text
+    assert "Traceback" not in r.text
+
+
+def test_bad_paths_and_payloads(server: Server) -> None:
+    assert httpx.get(f"{server.url}/v1/tenants/Not_A_Tenant/memories").status_code == 422
+    assert httpx.get(f"{server.url}/v1/tenants/acme/memories/ghost").status_code == 404
+    assert httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"limit": 0}).status_code == 422
+    r = httpx.post(f"{server.url}/v1/tenants/acme/memories", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{server.url}/readyz").json()["ready"] is True
+
+
+async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
+    bad_domain = Event(  # passes Avro, fails the domain rules (importance 9)
+        event_id="00000000-0000-4000-8000-000000000009",
+        tenant="acme",
+        occurred_at=event("KpiObserved", {"metric": "x", "value": 1, "period": "p"}).occurred_at,
+        actor=Actor("etl", "pipeline"),
+        source="pipeline",
+        type="MemoryRemembered",
+        payload={**event("MemoryRemembered", {"memory_id": "m9", "label": "l", "content": "c", "kind": "fact", "scope": "company", "importance": 3}).payload, "importance": 9},
+    )
+    records = [
+        (b"acme", b"\x00garbage"),
+        (b"\xff\xfe", codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))),
+        (b"other", codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))),
+        (b"acme", codec.encode(bad_domain)),
+        (b"acme", codec.encode(event("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}))),
+    ]
+    good = event("MemoryRemembered", {"memory_id": "after-poison", "label": "l", "content": "c", "kind": "fact", "scope": "company", "importance": 3})
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all")
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send_and_wait(settings.events_topic, key=key, value=value)
+        await producer.send_and_wait(settings.events_topic, key=b"acme", value=codec.encode(good), headers=codec.headers(good))
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(settings.dead_letters_topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    got: list[tuple[bytes | None, bytes | None, dict[str, bytes]]] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < len(records) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=1000)
+            for msgs in batch.values():
+                got.extend((m.key, m.value, dict(m.headers)) for m in msgs)
+    finally:
+        await consumer.stop()
+    assert sorted((k or b"", v or b"") for k, v, _ in got) == sorted(records)  # original bytes kept
+    order = {rec: i for i, rec in enumerate(records)}
+    return sorted(got, key=lambda g: order[(g[0], g[1])])
+
+
+def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(server: Server, settings: Settings) -> None:
+    got = asyncio.run(_poison_then_good(settings))
+    reasons = [h["dead-letter-reason"].decode() for _, _, h in got]
+    assert "missing C3 01" in reasons[0]
+    assert "not a tenant id" in reasons[1]
+    assert "differs from record key" in reasons[2]
+    assert "importance must be an integer 1-5" in reasons[3]
+    assert "unknown memory ghost" in reasons[4]
+    assert all(h["original-topic"] == settings.events_topic.encode() for _, _, h in got)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{server.url}/v1/tenants/acme/memories/after-poison")
+        if r.status_code == 200:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 200, "the good event after the poison was not applied"
+    assert server.proc is not None and server.proc.poll() is None
