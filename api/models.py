@@ -124,5 +124,6 @@ class MemoriesPublic(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     broker: bool
-    lag: dict[int, int] = Field(default_factory=dict)
+    lag: dict[int, int] = Field(default_factory=dict, description="Unhandled records per partition")
+    handled: dict[str, int] = Field(default_factory=dict, description="Outcomes since start")
     reason: str | None = None

@@ -93,6 +93,7 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
+    import gc
     import tempfile
 
     from projections.read import export_nquads
@@ -103,6 +104,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         graph = asyncio.run(replay_tenant(settings, args.tenant, Path(tmp), as_of_ms=as_of))
         out = export_nquads(graph)
+        del graph  # closes the store before its directory is removed
+        gc.collect()
     if args.out:
         Path(args.out).write_text(out)
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from projections.graph import Outcome
@@ -21,6 +21,7 @@ class Progress:
     def __init__(self, *, keep: int = 50_000) -> None:
         self.keep = keep
         self.last_offset: dict[int, int] = {}
+        self.counts: Counter[str] = Counter()  # outcomes since this process started
         self._recent: OrderedDict[tuple[int, int], Handled] = OrderedDict()
         self._waiters: dict[tuple[int, int], list[asyncio.Future[Handled]]] = {}
 
@@ -28,6 +29,7 @@ class Progress:
         key = (partition, offset)
         handled = Handled(tenant, outcome)
         self.last_offset[partition] = max(offset, self.last_offset.get(partition, -1))
+        self.counts[outcome.status.value] += 1
         self._recent[key] = handled
         while len(self._recent) > self.keep:
             self._recent.popitem(last=False)

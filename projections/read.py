@@ -9,7 +9,7 @@ from typing import Any
 
 from pyoxigraph import Literal, NamedNode, Variable
 
-from projections.graph import ASSERTED, RDF_TYPE, TenantGraph, e, memory_iri
+from projections.graph import ASSERTED, META, RDF_TYPE, TenantGraph, e, memory_iri
 from schemas import vocabulary as v
 
 PREFIXES = {"e": v.ENGRAM}
@@ -50,9 +50,8 @@ def list_memory_ids(
         patterns.append(f"FILTER EXISTS {{ {inactive} }}")
     # oxigraph substitutes only projected variables, so the filters are projected too
     projected = " ".join(["?id", *(f"?{var.value}" for var in subs)])
-    query = (
-        f"SELECT {projected} WHERE {{ GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }} }} ORDER BY DESC(?at) ?id"
-    )
+    where = f"GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }}"
+    query = f"SELECT {projected} WHERE {{ {where} }} ORDER BY DESC(?at) ?id"
     rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs)
     return [row["id"].value for row in rows]  # type: ignore[union-attr]
 
@@ -130,5 +129,6 @@ def _class_name(iri: str) -> str:
 
 
 def export_nquads(graph: TenantGraph) -> str:
-    """The asserted facts as sorted N-Quads: a stable form to diff against a replay."""
-    return "".join(sorted(f"{q} .\n" for q in graph.quads()))
+    """Asserted facts and the checkpoint as sorted N-Quads: a stable form to diff against a replay."""
+    quads = [*graph.quads(ASSERTED), *graph.quads(META)]
+    return "".join(sorted(f"{q} .\n" for q in quads))

@@ -92,6 +92,9 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
         topic_partitions=settings.events_partitions,
         broker_commit_every=200,
         broker_commit_interval=1.0,
+        # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
     )
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)

@@ -18,6 +18,7 @@ from projections.graph import TenantGraph
 from projections.stores import TenantStores
 from schemas.events import Position
 from streams.projector import Headers, Record, handle_record
+from streams.topics import partition_count
 
 log = logging.getLogger(__name__)
 
@@ -31,21 +32,22 @@ async def replay_tenant(
     settings: Settings, tenant: str, root: Path, *, as_of_ms: int | None = None
 ) -> TenantGraph:
     """Replay ``tenant``'s events (appended at or before ``as_of_ms``) into a store in ``root``."""
+    partitions = await partition_count(settings, settings.events_topic)
     stores = TenantStores(root)
     graph = stores.get(tenant, create=True)
     assert graph is not None
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        auto_offset_reset="earliest",
     )
     await consumer.start()
     try:
-        parts = consumer.partitions_for_topic(settings.events_topic) or set()
-        if not parts:
-            raise RuntimeError(f"topic {settings.events_topic} not found")
-        tp = TopicPartition(settings.events_topic, partition_for(tenant, len(parts)))
+        tp = TopicPartition(settings.events_topic, partition_for(tenant, partitions))
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
+        consumer.seek(tp, (await consumer.beginning_offsets([tp]))[tp])
         key, seen, started = tenant.encode(), 0, time.monotonic()
 
         async def no_dead_letters(_k: bytes | None, _v: bytes | None, _h: Headers, _r: str) -> None:

@@ -39,3 +39,17 @@ async def ensure_topics(settings: Settings) -> list[str]:
         return [t.name for t in missing]
     finally:
         await admin.close()
+
+
+async def partition_count(settings: Settings, topic: str) -> int:
+    """Partitions of ``topic``; raises LookupError if it does not exist."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    parts = [p for d in described for p in d["partitions"]]
+    if not parts:
+        raise LookupError(f"topic {topic} does not exist")
+    return len(parts)

@@ -11,8 +11,17 @@ from schemas.events import Event, event_from_json
 ACTOR = {"id": "dana", "role": "operator"}
 
 
-def envelope(event_type: str, payload: dict[str, Any], *, tenant: str = "acme", **extra: Any) -> dict[str, Any]:
-    return {"type": event_type, "tenant": tenant, "source": "operator", "actor": ACTOR, "payload": payload, **extra}
+def envelope(
+    event_type: str, payload: dict[str, Any], *, tenant: str = "acme", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "type": event_type,
+        "tenant": tenant,
+        "source": "operator",
+        "actor": ACTOR,
+        "payload": payload,
+        **extra,
+    }
 
 
 def remembered(memory_id: str = "m1", **fields: Any) -> dict[str, Any]:
@@ -83,13 +92,18 @@ def random_stream(rng: random.Random, tenant: str, n: int) -> tuple[list[dict[st
         roll = rng.random()
         if not ids or roll < 0.35:
             mid = f"{tenant}-m{i}"
-            out.append(envelope("MemoryRemembered", remembered(mid, importance=rng.randint(1, 5)), tenant=tenant))
+            out.append(
+                envelope("MemoryRemembered", remembered(mid, importance=rng.randint(1, 5)), tenant=tenant)
+            )
             model.memories.add(mid)
         elif roll < 0.6:
             out.append(
                 envelope(
                     "MemoryRevised",
-                    {"memory_id": rng.choice(ids), "changes": {"label": f"rev {i}", "importance": rng.randint(1, 5)}},
+                    {
+                        "memory_id": rng.choice(ids),
+                        "changes": {"label": f"rev {i}", "importance": rng.randint(1, 5)},
+                    },
                     tenant=tenant,
                 )
             )
@@ -102,14 +116,31 @@ def random_stream(rng: random.Random, tenant: str, n: int) -> tuple[list[dict[st
             out.append(envelope("MemoryRestored", {"memory_id": mid}, tenant=tenant))
             model.superseded.discard(mid)
         elif roll < 0.85:
-            out.append(envelope("KpiObserved", {"metric": "roas", "value": round(rng.uniform(1, 5), 2), "period": "2026-11"}, tenant=tenant))
+            out.append(
+                envelope(
+                    "KpiObserved",
+                    {"metric": "roas", "value": round(rng.uniform(1, 5), 2), "period": "2026-11"},
+                    tenant=tenant,
+                )
+            )
         elif roll < 0.92:
-            spend = {"platform": "meta", "amount": float(rng.randint(0, 50_000)), "currency": "USD", "period": "2026-11"}
+            spend = {
+                "platform": "meta",
+                "amount": float(rng.randint(0, 50_000)),
+                "currency": "USD",
+                "period": "2026-11",
+            }
             out.append(envelope("SpendObserved", spend, tenant=tenant))
         elif roll < 0.97:
-            out.append(envelope("ClockTicked", {"now": f"2026-12-{rng.randint(1, 28):02d}T00:00:00Z"}, tenant=tenant))
+            out.append(
+                envelope("ClockTicked", {"now": f"2026-12-{rng.randint(1, 28):02d}T00:00:00Z"}, tenant=tenant)
+            )
         else:  # valid on the wire, invalid against the state: must be dead-lettered
-            out.append(envelope("MemoryRevised", {"memory_id": "no-such-memory", "changes": {"label": "x"}}, tenant=tenant))
+            out.append(
+                envelope(
+                    "MemoryRevised", {"memory_id": "no-such-memory", "changes": {"label": "x"}}, tenant=tenant
+                )
+            )
             model.invalid += 1
         out[-1]["event_id"] = f"00000000-0000-4000-8000-{rng.getrandbits(48):012x}"
     return out, model

@@ -22,13 +22,19 @@ async def readyz(runtime: CurrentRuntime) -> JSONResponse:
     try:
         lag = await runtime.lag.lag(runtime.progress.last_offset)
     except Exception as exc:
-        body = Readiness(ready=False, broker=False, reason=f"broker unreachable: {exc}")
+        body = Readiness(
+            ready=False,
+            broker=False,
+            handled=dict(runtime.progress.counts),
+            reason=f"broker unreachable: {exc}",
+        )
         return JSONResponse(body.model_dump(), status_code=503)
     behind = sum(lag.values())
     body = Readiness(
         ready=behind == 0,
         broker=True,
         lag={p: n for p, n in lag.items() if n},
+        handled=dict(runtime.progress.counts),
         reason=None if behind == 0 else f"projector is {behind} events behind",
     )
     return JSONResponse(body.model_dump(), status_code=200 if behind == 0 else 503)

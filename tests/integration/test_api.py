@@ -22,7 +22,9 @@ WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
 
 def remember(server: Server, tenant: str, **body: object) -> httpx.Response:
     payload = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3, **body}
-    return httpx.post(f"{server.url}/v1/tenants/{tenant}/memories", params={"wait": "true"}, json=payload, timeout=40)
+    return httpx.post(
+        f"{server.url}/v1/tenants/{tenant}/memories", params={"wait": "true"}, json=payload, timeout=40
+    )
 
 
 def test_write_wait_then_read(server: Server) -> None:
@@ -43,12 +45,29 @@ def test_write_wait_then_read(server: Server) -> None:
     assert got["label"] == "ROAS target" and got["properties"] == {"metric": "roas", "goal": 3.0}
     assert got["importance_name"] == "Critical" and got["active"] is True
 
-    assert remember(server, "acme", memory_id="pref", kind="preference", scope="user", stakeholders={"user_id": "sam"}).status_code == 202
+    assert (
+        remember(
+            server, "acme", memory_id="pref", kind="preference", scope="user", stakeholders={"user_id": "sam"}
+        ).status_code
+        == 202
+    )
     lst = httpx.get(f"{server.url}/v1/tenants/acme/memories").json()
     assert lst["count"] == 2
-    assert [m["id"] for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"kind": "preference"}).json()["data"]] == ["pref"]
-    assert [m["id"] for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"scope": "company"}).json()["data"]] == ["roas-target"]
-    by_class = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"class": "PerformanceTargetMemory"}).json()
+    assert [
+        m["id"]
+        for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"kind": "preference"}).json()[
+            "data"
+        ]
+    ] == ["pref"]
+    assert [
+        m["id"]
+        for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"scope": "company"}).json()[
+            "data"
+        ]
+    ] == ["roas-target"]
+    by_class = httpx.get(
+        f"{server.url}/v1/tenants/acme/memories", params={"class": "PerformanceTargetMemory"}
+    ).json()
     assert [m["id"] for m in by_class["data"]] == ["roas-target"]
 
     r = remember(server, "acme", memory_id="roas-target-2", replaces="roas-target", kind="objective")
@@ -103,7 +122,11 @@ def test_bad_paths_and_payloads(server: Server) -> None:
     assert httpx.get(f"{server.url}/v1/tenants/Not_A_Tenant/memories").status_code == 422
     assert httpx.get(f"{server.url}/v1/tenants/acme/memories/ghost").status_code == 404
     assert httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"limit": 0}).status_code == 422
-    r = httpx.post(f"{server.url}/v1/tenants/acme/memories", content=b"{not json", headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{server.url}/v1/tenants/acme/memories",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/readyz").json()["ready"] is True
@@ -117,7 +140,20 @@ async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, byte
         actor=Actor("etl", "pipeline"),
         source="pipeline",
         type="MemoryRemembered",
-        payload={**event("MemoryRemembered", {"memory_id": "m9", "label": "l", "content": "c", "kind": "fact", "scope": "company", "importance": 3}).payload, "importance": 9},
+        payload={
+            **event(
+                "MemoryRemembered",
+                {
+                    "memory_id": "m9",
+                    "label": "l",
+                    "content": "c",
+                    "kind": "fact",
+                    "scope": "company",
+                    "importance": 3,
+                },
+            ).payload,
+            "importance": 9,
+        },
     )
     records = [
         (b"acme", b"\x00garbage"),
@@ -126,16 +162,35 @@ async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, byte
         (b"acme", codec.encode(bad_domain)),
         (b"acme", codec.encode(event("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}))),
     ]
-    good = event("MemoryRemembered", {"memory_id": "after-poison", "label": "l", "content": "c", "kind": "fact", "scope": "company", "importance": 3})
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all")
+    good = event(
+        "MemoryRemembered",
+        {
+            "memory_id": "after-poison",
+            "label": "l",
+            "content": "c",
+            "kind": "fact",
+            "scope": "company",
+            "importance": 3,
+        },
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all"
+    )
     await producer.start()
     try:
         for key, value in records:
             await producer.send_and_wait(settings.events_topic, key=key, value=value)
-        await producer.send_and_wait(settings.events_topic, key=b"acme", value=codec.encode(good), headers=codec.headers(good))
+        await producer.send_and_wait(
+            settings.events_topic, key=b"acme", value=codec.encode(good), headers=codec.headers(good)
+        )
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(settings.dead_letters_topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest", group_id=None)
+    consumer = AIOKafkaConsumer(
+        settings.dead_letters_topic,
+        bootstrap_servers=settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        group_id=None,
+    )
     await consumer.start()
     got: list[tuple[bytes | None, bytes | None, dict[str, bytes]]] = []
     try:
@@ -151,7 +206,9 @@ async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, byte
     return sorted(got, key=lambda g: order[(g[0], g[1])])
 
 
-def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(server: Server, settings: Settings) -> None:
+def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(
+    server: Server, settings: Settings
+) -> None:
     got = asyncio.run(_poison_then_good(settings))
     reasons = [h["dead-letter-reason"].decode() for _, _, h in got]
     assert "missing C3 01" in reasons[0]

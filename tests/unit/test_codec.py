@@ -91,7 +91,7 @@ def test_reader_with_newer_schema_reads_events_written_with_the_old_one() -> Non
     ("data", "reason"),
     [
         (b"", "missing C3 01"),
-        (b"{\"json\": true}", "missing C3 01"),
+        (b'{"json": true}', "missing C3 01"),
         (b"\xc3\x01" + b"\x00" * 8 + b"\x01", "unknown writer schema"),
     ],
 )

@@ -20,7 +20,9 @@ class Log:
 
     def apply(self, event_type: str, payload: dict, **extra: object) -> Status:
         self.offset += 1
-        outcome = self.graph.apply(event(event_type, payload, **extra), Position(3, self.offset, 1_764_547_200_000))
+        outcome = self.graph.apply(
+            event(event_type, payload, **extra), Position(3, self.offset, 1_764_547_200_000)
+        )
         self.last_reason = outcome.reason
         return outcome.status
 
@@ -35,7 +37,12 @@ def test_remembered_projects_every_field(log: Log) -> None:
     m = get_memory(log.graph, "m1")
     assert m is not None
     assert m["memory_class"] == "PerformanceTargetMemory"
-    assert (m["kind"], m["scope"], m["importance"], m["importance_name"]) == ("objective", "company", 5, "Critical")
+    assert (m["kind"], m["scope"], m["importance"], m["importance_name"]) == (
+        "objective",
+        "company",
+        5,
+        "Critical",
+    )
     assert m["confidence"] == 0.9
     assert m["expires_at"] == "2027-01-01T00:00:00Z"
     assert m["properties"] == {"metric": "roas", "goal": 3.0, "strict": True, "window": 30}
@@ -143,7 +150,9 @@ def test_literals_with_quotes_and_newlines_are_stored_verbatim(log: Log) -> None
 
 
 def test_list_filters(log: Log) -> None:
-    log.apply("MemoryRemembered", remembered("a", kind="preference", scope="user", stakeholders={"user_id": "sam"}))
+    log.apply(
+        "MemoryRemembered", remembered("a", kind="preference", scope="user", stakeholders={"user_id": "sam"})
+    )
     log.apply("MemoryRemembered", remembered("b", kind="objective", memory_class="PerformanceTargetMemory"))
     log.apply("MemoryRemembered", remembered("c", kind="objective"))
     log.apply("MemorySuperseded", {"memory_id": "c", "superseded_by": "b"})

@@ -1,0 +1,88 @@
+"""The CLI against the real broker: produce from JSON lines, replay, Kafka status and tools."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engram.settings import Settings
+from tests.factories import envelope, remembered
+from tests.integration.conftest import settings_env
+
+pytestmark = pytest.mark.integration
+
+
+def engram(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **settings_env(settings)}
+    return subprocess.run(
+        [sys.executable, "-m", "engram.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_produce_reports_bad_lines_and_produces_good_ones(settings: Settings, tmp_path: Path) -> None:
+    lines = [
+        json.dumps(envelope("MemoryRemembered", remembered("m1"), tenant="acme")),
+        json.dumps(envelope("MemoryRemembered", remembered("m2", importance=11), tenant="acme")),
+        "this is not json",
+        json.dumps(envelope("MemoryRemembered", remembered("m3"), tenant="acme")),
+        json.dumps(
+            envelope("KpiObserved", {"metric": "roas", "value": 3.1, "period": "2026-12"}, tenant="acme")
+        ),
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    done = engram(settings, "produce", str(path))
+    assert done.returncode == 1, done.stderr
+    assert f"{path}:2: importance must be an integer 1-5" in done.stderr
+    assert f"{path}:3: not JSON" in done.stderr
+    assert "produced 3 events; 2 lines failed" in done.stdout
+
+    replay = engram(settings, "replay", "acme")
+    assert replay.returncode == 0, replay.stderr
+    assert '<urn:engram:memory:m1> <https://engram.dev/ns#memoryId> "m1"' in replay.stdout
+    assert '<urn:engram:memory:m3> <https://engram.dev/ns#memoryId> "m3"' in replay.stdout
+    assert "urn:engram:memory:m2" not in replay.stdout
+    assert '<urn:engram:kpi:roas> <https://engram.dev/ns#value> "3.1"' in replay.stdout
+
+    ok = engram(settings, "produce", "-", stdin=lines[0] + "\n")
+    assert ok.returncode == 0 and "produced 1 events; 0 lines failed" in ok.stdout
+
+
+def test_replay_as_of_sees_only_what_the_log_had(settings: Settings, tmp_path: Path) -> None:
+    import time
+    from datetime import UTC, datetime
+
+    first = tmp_path / "a.jsonl"
+    first.write_text(json.dumps(envelope("MemoryRemembered", remembered("early"), tenant="acme")) + "\n")
+    assert engram(settings, "produce", str(first)).returncode == 0
+    time.sleep(1.0)
+    cut = datetime.now(UTC).isoformat()
+    time.sleep(1.0)
+    second = tmp_path / "b.jsonl"
+    second.write_text(json.dumps(envelope("MemoryRemembered", remembered("late"), tenant="acme")) + "\n")
+    assert engram(settings, "produce", str(second)).returncode == 0
+    then = engram(settings, "replay", "acme", "--as-of", cut)
+    assert "memory:early" in then.stdout and "memory:late" not in then.stdout
+    now = engram(settings, "replay", "acme")
+    assert "memory:early" in now.stdout and "memory:late" in now.stdout
+
+
+def test_kafka_status_and_tools(settings: Settings) -> None:
+    st = engram(settings, "kafka", "status")
+    assert st.returncode == 0 and "answering" in st.stdout
+    topics = engram(settings, "kafka", "tool", "topics", "--describe", "--topic", settings.events_topic)
+    assert topics.returncode == 0, topics.stderr
+    assert "retention.ms=-1" in topics.stdout and "message.timestamp.type=LogAppendTime" in topics.stdout
+    assert f"PartitionCount: {settings.events_partitions}" in topics.stdout
+    again = engram(settings, "kafka", "start")  # idempotent: reuses the broker that answers
+    assert again.returncode == 0 and "took 0.0s" in again.stdout
