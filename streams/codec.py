@@ -30,9 +30,16 @@ def avro_dir() -> Path:
     return Path(str(resources.files("schemas") / "avro"))
 
 
+_fingerprints: dict[int, tuple[Any, bytes]] = {}
+
+
 def schema_fingerprint(schema: Any) -> bytes:
-    """The 8 bytes of the single-object header (CRC-64-AVRO, little-endian)."""
-    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+    """The 8 bytes of the single-object header (CRC-64-AVRO, little-endian), memoised per schema."""
+    cached = _fingerprints.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        cached = (schema, bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")))
+        _fingerprints[id(schema)] = cached
+    return cached[1]
 
 
 @cache

@@ -9,11 +9,11 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from engram.harness import Server
 from engram.settings import Settings
 from schemas.events import Actor, Event
 from streams import codec
 from tests.factories import event
-from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from engram.harness import settings_env
 from engram.settings import Settings
 from tests.factories import envelope, remembered
-from tests.integration.conftest import settings_env
 
 pytestmark = pytest.mark.integration
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from projections.read import export_nquads
 from schemas.events import event_from_json
 from streams.producer import EventProducer
 from streams.replay import replay_tenant
 from tests.factories import random_stream
-from tests.integration.conftest import Server, isolated_settings
 
 pytestmark = pytest.mark.integration
 
