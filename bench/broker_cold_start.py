@@ -7,16 +7,13 @@ Prints one JSON object.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engram.harness import free_port  # noqa: E402
-from engram.settings import load_settings  # noqa: E402
-from streams import kafka_local  # noqa: E402
+from engram.harness import free_port
+from engram.settings import load_settings
+from streams import kafka_local
 
 
 def main(runs: int = 3) -> None:
@@ -27,8 +24,12 @@ def main(runs: int = 3) -> None:
     cold, warm = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
-            s = load_settings(data_dir=Path(tmp), cache_dir=base.cache_dir,
-                              kafka_bootstrap=f"127.0.0.1:{free_port()}", kafka_controller_port=free_port())  # fmt: skip
+            s = load_settings(
+                data_dir=Path(tmp),
+                cache_dir=base.cache_dir,
+                kafka_bootstrap=f"127.0.0.1:{free_port()}",
+                kafka_controller_port=free_port(),
+            )
             cold.append(kafka_local.start(s))
             kafka_local.stop(s)
             warm.append(kafka_local.start(s))  # existing storage: no format step

@@ -14,21 +14,18 @@ import asyncio
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engram.harness import Server, isolated_settings  # noqa: E402
-from engram.settings import load_settings  # noqa: E402
-from schemas.events import event_from_json  # noqa: E402
-from streams import kafka_local  # noqa: E402
-from streams.producer import EventProducer  # noqa: E402
-from streams.topics import ensure_topics  # noqa: E402
+from engram.harness import Server, isolated_settings
+from engram.settings import load_settings
+from schemas.events import event_from_json
+from streams import kafka_local
+from streams.producer import EventProducer
+from streams.topics import ensure_topics
 
 ACTOR = {"id": "bench", "role": "pipeline"}
 
