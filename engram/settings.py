@@ -27,6 +27,7 @@ class Settings(BaseSettings):
     kafka_heap: str = Field("512m", description="Max JVM heap of the local broker.")
     topic_prefix: str = Field("engram", description="Prefix of every topic name.")
     events_partitions: int = Field(12, ge=1, description="Partitions of the events topic.")
+    topic_replication: int = Field(1, ge=1, description="Replication factor of created topics.")
     consumer_group: str = Field("engram-projector", description="Faust app id / consumer group.")
     api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
     api_port: int = Field(8000, description="Port the HTTP API binds.")

@@ -16,11 +16,11 @@ LOG_FOREVER = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"}
 
 
 def topic_specs(settings: Settings) -> list[NewTopic]:
-    n = settings.events_partitions
+    n, r = settings.events_partitions, settings.topic_replication
     return [
-        NewTopic(settings.events_topic, n, 1, topic_configs=dict(LOG_FOREVER)),
-        NewTopic(settings.conversations_topic, n, 1, topic_configs=dict(LOG_FOREVER)),
-        NewTopic(settings.dead_letters_topic, 1, 1, topic_configs=dict(LOG_FOREVER)),
+        NewTopic(settings.events_topic, n, r, topic_configs=dict(LOG_FOREVER)),
+        NewTopic(settings.conversations_topic, n, r, topic_configs=dict(LOG_FOREVER)),
+        NewTopic(settings.dead_letters_topic, 1, r, topic_configs=dict(LOG_FOREVER)),
     ]
 
 
