@@ -1,0 +1,458 @@
+"""Parse RDFox-style rule files into a small AST.
+
+    PREFIX : <https://engram.dev/ns#>
+    #@explain "below: {kpi} against goal {goal}"
+    [?m, :targetStatus, "below"] :- [?m, a, :PerformanceTargetMemory], [?m, :goal, ?goal],
+        NOT [?m, :supersededBy, ?x], FILTER(?v < ?goal) .
+
+Body literals: atoms ``[s, p, o]``; ``NOT atom`` and ``NOT EXISTS ?v… IN (atoms)``;
+``FILTER(expr)``; ``BIND(expr AS ?v)``; ``AGGREGATE(atoms ON ?g… BIND FUNC(expr) AS ?v …)``.
+Expressions are SPARQL expressions and are kept as text. ``#@explain`` before a rule gives the
+sentence its derivations are explained with (``{var}`` placeholders).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyoxigraph import Literal, NamedNode
+
+from schemas import vocabulary as v
+
+RDF_TYPE = v.RDF_TYPE
+XSD = v.XSD
+DEFAULT_PREFIXES = {
+    "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#",
+    "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
+    "owl": "http://www.w3.org/2002/07/owl#",
+    "xsd": XSD,
+}
+AGGREGATES = ("COUNT", "SUM", "MIN", "MAX")
+
+
+class RuleSyntaxError(ValueError):
+    """A rule file that cannot be parsed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+    def __str__(self) -> str:
+        return f"?{self.name}"
+
+
+Term = Var | NamedNode | Literal
+
+
+@dataclass(frozen=True)
+class Atom:
+    s: Term
+    p: Term
+    o: Term
+
+    @property
+    def terms(self) -> tuple[Term, Term, Term]:
+        return (self.s, self.p, self.o)
+
+    @property
+    def vars(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.terms if isinstance(t, Var))
+
+
+@dataclass(frozen=True)
+class Negation:
+    atoms: tuple[Atom, ...]
+    exists: frozenset[str] = frozenset()  # variables local to the negation
+
+
+@dataclass(frozen=True)
+class Filter:
+    expr: str
+    vars: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Bind:
+    expr: str
+    var: str
+    vars: frozenset[str]
+
+
+@dataclass(frozen=True)
+class AggregateOutput:
+    func: str
+    expr: str
+    var: str
+    distinct: bool = False
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    atoms: tuple[Atom, ...]
+    filters: tuple[Filter, ...]
+    group: tuple[str, ...]
+    outputs: tuple[AggregateOutput, ...]
+
+
+BodyLiteral = Atom | Negation | Filter | Bind | Aggregate
+
+
+@dataclass(frozen=True)
+class Rule:
+    heads: tuple[Atom, ...]
+    body: tuple[BodyLiteral, ...]
+    source: str  # file:line, names the rule in errors and explanations
+    text: str
+    explain: str | None = None
+
+    @property
+    def positive_vars(self) -> frozenset[str]:
+        """Variables a body binds: positive atoms, BIND targets, aggregate groups and outputs."""
+        bound: set[str] = set()
+        for lit in self.body:
+            match lit:
+                case Atom():
+                    bound |= lit.vars
+                case Bind():
+                    bound.add(lit.var)
+                case Aggregate():
+                    bound |= set(lit.group) | {o.var for o in lit.outputs}
+        return frozenset(bound)
+
+
+@dataclass
+class Program:
+    rules: list[Rule] = field(default_factory=list)
+    prefixes: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PREFIXES))
+
+
+_VAR_IN_EXPR = re.compile(r"\?([A-Za-z_][A-Za-z0-9_]*)")
+_STRING_IN_EXPR = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def expr_vars(expr: str) -> frozenset[str]:
+    return frozenset(_VAR_IN_EXPR.findall(_STRING_IN_EXPR.sub("", expr)))
+
+
+class _Parser:
+    WS = re.compile(r"(?:\s+|#(?!@)[^\n]*)+")
+    IRI = re.compile(r"<([^<>\"{}|^`\\\s]*)>")
+    VAR = re.compile(r"\?([A-Za-z_][A-Za-z0-9_]*)")
+    PNAME = re.compile(r"([A-Za-z][\w-]*)?:([A-Za-z0-9_][\w-]*(?:\.[\w-]+)*)?")
+    STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+    NUMBER = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+    LANG = re.compile(r"@([A-Za-z]+(?:-[A-Za-z0-9]+)*)")
+    WORD = re.compile(r"[A-Za-z_]+")
+
+    def __init__(self, text: str, name: str, program: Program) -> None:
+        self.text, self.name, self.program, self.pos = text, name, program, 0
+        self.explain: str | None = None
+
+    # -- scanning ---------------------------------------------------------------------
+    def error(self, message: str) -> RuleSyntaxError:
+        line = self.text.count("\n", 0, self.pos) + 1
+        return RuleSyntaxError(f"{self.name}:{line}: {message}")
+
+    def skip(self) -> None:
+        while True:
+            m = self.WS.match(self.text, self.pos)
+            if m and m.end() > self.pos:
+                self.pos = m.end()
+                continue
+            if self.text.startswith("#@explain", self.pos):
+                self.pos += len("#@explain")
+                self.skip_inline()
+                m = self.STRING.match(self.text, self.pos)
+                if not m:
+                    raise self.error('#@explain needs a "quoted sentence"')
+                self.explain = _unescape(m.group(1))
+                self.pos = m.end()
+                continue
+            return
+
+    def skip_inline(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in " \t":
+            self.pos += 1
+
+    def peek(self, token: str) -> bool:
+        self.skip()
+        return self.text.startswith(token, self.pos)
+
+    def peek_word(self, word: str) -> bool:
+        self.skip()
+        m = self.WORD.match(self.text, self.pos)
+        return bool(m and m.group(0).upper() == word and m.group(0).isupper())
+
+    def expect(self, token: str) -> None:
+        if not self.peek(token):
+            raise self.error(f"expected {token!r}")
+        self.pos += len(token)
+
+    def expect_word(self, word: str) -> None:
+        if not self.peek_word(word):
+            raise self.error(f"expected {word}")
+        self.pos += len(word)
+
+    def at_end(self) -> bool:
+        self.skip()
+        return self.pos >= len(self.text)
+
+    # -- grammar ----------------------------------------------------------------------
+    def parse(self) -> None:
+        while not self.at_end():
+            if self.peek_word("PREFIX") or self.peek("@prefix"):
+                self.prefix()
+            else:
+                self.program.rules.append(self.rule())
+
+    def prefix(self) -> None:
+        sparql_style = self.peek_word("PREFIX")
+        self.pos += len("PREFIX") if sparql_style else len("@prefix")
+        self.skip()
+        m = re.compile(r"([A-Za-z][\w-]*)?:").match(self.text, self.pos)
+        if not m:
+            raise self.error("expected a prefix name such as ':' or 'ex:'")
+        self.pos = m.end()
+        self.skip()
+        iri = self.IRI.match(self.text, self.pos)
+        if not iri:
+            raise self.error("expected <iri> after the prefix name")
+        self.pos = iri.end()
+        self.program.prefixes[m.group(1) or ""] = iri.group(1)
+        if not sparql_style:
+            self.expect(".")
+
+    def rule(self) -> Rule:
+        self.skip()
+        start, explain = self.pos, self.explain
+        self.explain = None
+        heads = [self.atom()]
+        while self.peek(","):
+            self.pos += 1
+            heads.append(self.atom())
+        self.expect(":-")
+        body = [self.literal()]
+        while self.peek(","):
+            self.pos += 1
+            body.append(self.literal())
+        self.expect(".")
+        line = self.text.count("\n", 0, start) + 1
+        rule = Rule(tuple(heads), tuple(body), f"{self.name}:{line}", " ".join(self.text[start : self.pos].split()),
+                    explain)  # fmt: skip
+        self.check_safe(rule)
+        return rule
+
+    def check_safe(self, rule: Rule) -> None:
+        bound = rule.positive_vars
+        for head in rule.heads:
+            if missing := head.vars - bound:
+                raise RuleSyntaxError(f"{rule.source}: head variables {_names(missing)} are not bound by the body")
+        for lit in rule.body:
+            if isinstance(lit, Filter | Bind) and (missing := lit.vars - bound):
+                raise RuleSyntaxError(f"{rule.source}: {_names(missing)} used in an expression but never bound")
+        if any(isinstance(lit, Aggregate) for lit in rule.body) and any(
+            isinstance(lit, Atom | Negation) for lit in rule.body
+        ):
+            raise RuleSyntaxError(
+                f"{rule.source}: a rule with AGGREGATE may only add FILTER and BIND beside it; "
+                "derive the other conditions in a rule of their own"
+            )
+
+    def literal(self) -> BodyLiteral:
+        if self.peek_word("NOT"):
+            return self.negation()
+        if self.peek_word("FILTER"):
+            return self.filter()
+        if self.peek_word("BIND"):
+            self.expect_word("BIND")
+            expr = self.parens()
+            m = re.fullmatch(r"\s*(.*?)\s+AS\s+\?([A-Za-z_][A-Za-z0-9_]*)\s*", expr, re.S)
+            if not m:
+                raise self.error("expected BIND(expression AS ?var)")
+            return Bind(m.group(1), m.group(2), expr_vars(m.group(1)))
+        if self.peek_word("AGGREGATE"):
+            return self.aggregate()
+        return self.atom()
+
+    def filter(self) -> Filter:
+        self.expect_word("FILTER")
+        expr = self.parens()
+        return Filter(expr, expr_vars(expr))
+
+    def negation(self) -> Negation:
+        self.expect_word("NOT")
+        if self.peek_word("EXISTS"):
+            self.expect_word("EXISTS")
+            local = []
+            while self.peek("?"):
+                m = self.VAR.match(self.text, self.pos)
+                if not m:
+                    raise self.error("expected a variable")
+                local.append(m.group(1))
+                self.pos = m.end()
+                if self.peek(","):
+                    self.pos += 1
+            self.expect_word("IN")
+            self.expect("(")
+            atoms = [self.atom()]
+            while self.peek(","):
+                self.pos += 1
+                atoms.append(self.atom())
+            self.expect(")")
+            return Negation(tuple(atoms), frozenset(local))
+        return Negation((self.atom(),))
+
+    def aggregate(self) -> Aggregate:
+        self.expect_word("AGGREGATE")
+        self.expect("(")
+        atoms: list[Atom] = []
+        filters: list[Filter] = []
+        while True:
+            if self.peek_word("FILTER"):
+                filters.append(self.filter())
+            else:
+                atoms.append(self.atom())
+            if not self.peek(","):
+                break
+            self.pos += 1
+        self.expect_word("ON")
+        group = []
+        while self.peek("?"):
+            m = self.VAR.match(self.text, self.pos)
+            assert m
+            group.append(m.group(1))
+            self.pos = m.end()
+        outputs = []
+        while self.peek_word("BIND"):
+            self.expect_word("BIND")
+            self.skip()
+            m = re.compile(r"(COUNT|SUM|MIN|MAX)\s*\(").match(self.text, self.pos)
+            if not m:
+                raise self.error(f"expected one of {', '.join(AGGREGATES)}(…)")
+            self.pos = m.end() - 1
+            inner = self.parens()
+            distinct = inner.strip().upper().startswith("DISTINCT ")
+            if distinct:
+                inner = inner.strip()[len("DISTINCT ") :]
+            self.expect_word("AS")
+            self.skip()
+            var = self.VAR.match(self.text, self.pos)
+            if not var:
+                raise self.error("expected ?var after AS")
+            self.pos = var.end()
+            outputs.append(AggregateOutput(m.group(1), inner.strip(), var.group(1), distinct))
+        if not outputs:
+            raise self.error("AGGREGATE needs at least one BIND FUNC(…) AS ?var")
+        self.expect(")")
+        inner_vars = frozenset().union(*(a.vars for a in atoms))
+        if missing := set(group) - inner_vars:
+            raise self.error(f"group variables {_names(missing)} do not occur in the aggregate's atoms")
+        return Aggregate(tuple(atoms), tuple(filters), tuple(group), tuple(outputs))
+
+    def parens(self) -> str:
+        """The raw text between balanced parentheses (strings may contain parentheses)."""
+        self.expect("(")
+        depth, start, i = 1, self.pos, self.pos
+        while i < len(self.text):
+            ch = self.text[i]
+            if ch == '"':
+                m = self.STRING.match(self.text, i)
+                if not m:
+                    break
+                i = m.end()
+                continue
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+                if depth == 0:
+                    self.pos = i + 1
+                    return self.text[start:i]
+            i += 1
+        raise self.error("unbalanced parentheses")
+
+    def atom(self) -> Atom:
+        self.expect("[")
+        s = self.term()
+        self.expect(",")
+        p = self.term(predicate=True)
+        self.expect(",")
+        o = self.term()
+        self.expect("]")
+        if isinstance(s, Literal):
+            raise self.error("a literal cannot be a subject")
+        if isinstance(p, Literal):
+            raise self.error("a literal cannot be a predicate")
+        return Atom(s, p, o)
+
+    def term(self, predicate: bool = False) -> Term:
+        self.skip()
+        text, pos = self.text, self.pos
+        if m := self.VAR.match(text, pos):
+            self.pos = m.end()
+            return Var(m.group(1))
+        if m := self.IRI.match(text, pos):
+            self.pos = m.end()
+            return NamedNode(m.group(1))
+        if m := self.STRING.match(text, pos):
+            self.pos = m.end()
+            value = _unescape(m.group(1))
+            if lang := self.LANG.match(text, self.pos):
+                self.pos = lang.end()
+                return Literal(value, language=lang.group(1))
+            if text.startswith("^^", self.pos):
+                self.pos += 2
+                dt = self.term()
+                if not isinstance(dt, NamedNode):
+                    raise self.error("expected a datatype IRI after ^^")
+                return Literal(value, datatype=dt)
+            return Literal(value)
+        if m := self.NUMBER.match(text, pos):
+            self.pos = m.end()
+            lexical = m.group(0)
+            if re.fullmatch(r"[+-]?\d+", lexical):
+                return Literal(lexical, datatype=NamedNode(XSD + "integer"))
+            if "e" in lexical.lower():
+                return Literal(lexical, datatype=NamedNode(XSD + "double"))
+            return Literal(lexical, datatype=NamedNode(XSD + "decimal"))
+        if m := re.compile(r"(true|false)\b").match(text, pos):
+            self.pos = m.end()
+            return Literal(m.group(1), datatype=NamedNode(XSD + "boolean"))
+        if re.compile(r"a\b").match(text, pos):
+            self.pos += 1
+            return NamedNode(RDF_TYPE)
+        if (m := self.PNAME.match(text, pos)) and m.group(0):
+            prefix = m.group(1) or ""
+            if prefix not in self.program.prefixes:
+                raise self.error(f"unknown prefix {prefix!r}:")
+            self.pos = m.end()
+            return NamedNode(self.program.prefixes[prefix] + (m.group(2) or ""))
+        raise self.error("expected a term (?var, <iri>, prefix:name, literal or number)")
+
+
+def _unescape(s: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "r": "\r"}.get(m.group(1), m.group(1)), s)
+
+
+def _names(vars_: set[str] | frozenset[str]) -> str:
+    return ", ".join(f"?{n}" for n in sorted(vars_))
+
+
+def parse_rules(text: str, name: str = "<rules>", program: Program | None = None) -> Program:
+    program = program or Program()
+    _Parser(text, name, program).parse()
+    return program
+
+
+def load_rules(directory: Path) -> Program:
+    """Every ``*.dlog`` file of ``directory``, in name order, as one program."""
+    program = Program()
+    files = sorted(directory.glob("*.dlog"))
+    if not files:
+        raise RuleSyntaxError(f"no .dlog files in {directory}")
+    for path in files:
+        parse_rules(path.read_text(), path.name, program)
+    return program
