@@ -16,15 +16,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pyoxigraph import Literal, NamedNode, Quad, Store
+from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
 
+from projections.knowledge import Knowledge, load_knowledge
+from projections.rules.engine import Graphs
 from schemas import vocabulary as v
 from schemas.events import Event, InvalidEvent, Position, parse_time
 
 log = logging.getLogger(__name__)
 
 ASSERTED = NamedNode(v.GRAPH_ASSERTED)
+INFERRED = NamedNode(v.GRAPH_INFERRED)
+ONTOLOGY = NamedNode(v.GRAPH_ONTOLOGY)
+REMOVED = NamedNode("urn:engram:graph:removed")  # scratch, only during a rule update
 META = NamedNode(v.GRAPH_META)
+GRAPHS = Graphs(base=(ASSERTED, ONTOLOGY), inferred=INFERRED, removed=REMOVED)
 RDF_TYPE = NamedNode(v.RDF_TYPE)
 XSD_DATETIME = NamedNode(v.XSD + "dateTime")
 COMPANY = NamedNode("urn:engram:company")
@@ -83,6 +89,8 @@ class GraphState(Protocol):
     """What a projection may read of the current asserted facts."""
 
     def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]: ...
+
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]: ...
 
 
 @dataclass(frozen=True)
@@ -215,7 +223,9 @@ def _remember(b: _Builder, event: Event, recorded: datetime) -> None:
         if origin[0].value == event.event_id:
             return  # the same event produced again: already remembered
         raise InvalidEvent(f"memory {p['memory_id']} already exists; revise it instead")
-    b.add(m, RDF_TYPE, NamedNode(v.class_iri(p.get("memory_class") or "Memory")))
+    cls = NamedNode(v.class_iri(p.get("memory_class") or "Memory"))
+    b.add(m, RDF_TYPE, cls)
+    b.add(m, e("memoryClass"), cls)
     b.add(m, e("memoryId"), Literal(p["memory_id"]))
     b.add(m, e("rememberedBy"), Literal(event.event_id))
     b.add(m, e("label"), Literal(p["label"]))
@@ -268,40 +278,128 @@ def _nt(quads: Iterable[Quad]) -> str:
     return " ".join(f"GRAPH {g} {{ {' '.join(ts)} }}" for g, ts in by_graph.items())
 
 
-class TenantGraph:
-    """One tenant's on-disk graph store: asserted facts, the checkpoint, later the inferences."""
+class _NoFacts:
+    """The state before a tenant's first event: a remember is validated against it at the edge."""
 
-    def __init__(self, path: Path) -> None:
+    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
+        return []
+
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
+        return []
+
+
+def node_violations(knowledge: Knowledge, delta: Delta, state: GraphState, subject: NamedNode) -> list[str]:
+    """SHACL violations of ``subject`` as it would be after ``delta``."""
+    removed = {(q.predicate.value, str(q.object)) for q in delta.removes if q.subject == subject}
+    facts: dict[str, list[Any]] = {}
+    for pred, obj in state.facts(subject):
+        if (pred.value, str(obj)) not in removed:
+            facts.setdefault(pred.value, []).append(obj)
+    for q in delta.adds:
+        if q.subject == subject and q.object not in facts.get(q.predicate.value, []):
+            facts.setdefault(q.predicate.value, []).append(q.object)
+    classes = [c.value for c in facts.get(v.ENGRAM + "memoryClass", [])]
+    return knowledge.shapes.validate(classes, facts, knowledge.ontology)
+
+
+def event_violations(knowledge: Knowledge, event: Event, state: GraphState | None = None) -> list[str]:
+    """Shape violations of the memory an event creates or revises (empty for other events)."""
+    if event.type not in ("MemoryRemembered", "MemoryRevised"):
+        return []
+    state = state or _NoFacts()
+    delta = plan(event, Position(0, 0), state)
+    return node_violations(knowledge, delta, state, memory_iri(event.payload["memory_id"]))
+
+
+class TenantGraph:
+    """One tenant's on-disk store: asserted facts, ontology, inferred facts, checkpoint.
+
+    Asserted facts and the checkpoint move together in one transaction. The rules then bring
+    the inferred graph up to date and record the offset they reached; a store opened with the
+    two out of step (a crash between them) or with a changed ontology or rule set is
+    re-materialised from its asserted facts before it is used.
+    """
+
+    def __init__(self, path: Path, knowledge: Knowledge | None = None) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.knowledge = knowledge or load_knowledge()
         self.store = Store(str(path))
+        self._ensure_inferred()
 
-    # GraphState
+    # -- state ------------------------------------------------------------------------------
     def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
         return [q.object for q in self.store.quads_for_pattern(subject, predicate, None, ASSERTED)]  # type: ignore[misc]
 
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
+        return [(q.predicate, q.object) for q in self.store.quads_for_pattern(subject, None, None, ASSERTED)]  # type: ignore[misc]
+
+    def _meta(self, name: str) -> Term | None:
+        found = list(self.store.quads_for_pattern(PROJECTION, e(name), None, META))
+        return found[0].object if found else None  # type: ignore[return-value]
+
+    def _set_meta(self, name: str, value: Term | None) -> None:
+        for q in list(self.store.quads_for_pattern(PROJECTION, e(name), None, META)):
+            self.store.remove(q)
+        if value is not None:
+            self.store.add(Quad(PROJECTION, e(name), value, META))
+
     def checkpoint(self) -> Position | None:
-        part = self.store.quads_for_pattern(PROJECTION, e("partition"), None, META)
-        off = self.store.quads_for_pattern(PROJECTION, e("offset"), None, META)
-        parts, offs = list(part), list(off)
-        if not parts or not offs:
+        part, off = self._meta("partition"), self._meta("offset")
+        if part is None or off is None:
             return None
-        return Position(int(parts[0].object.value), int(offs[0].object.value))
+        return Position(int(part.value), int(off.value))
 
     def handled(self) -> int:
-        found = list(self.store.quads_for_pattern(PROJECTION, e("handled"), None, META))
-        return int(found[0].object.value) if found else 0
+        found = self._meta("handled")
+        return int(found.value) if found is not None else 0
 
     def already_applied(self, position: Position) -> bool:
         cp = self.checkpoint()
         return cp is not None and cp.partition == position.partition and position.offset <= cp.offset
 
+    # -- reasoning --------------------------------------------------------------------------
+    def _ensure_inferred(self) -> None:
+        k = self.knowledge
+        digest = self._meta("knowledgeDigest")
+        cp = self.checkpoint()
+        offset = self._meta("inferredOffset")
+        want = Literal(cp.offset if cp else -1)
+        if digest is not None and digest.value == k.digest and offset == want:
+            return
+        log.info("re-materialising %s (%s)", self.path, "knowledge changed" if digest is None or
+                 digest.value != k.digest else "inferences behind the checkpoint")  # fmt: skip
+        self.rematerialize()
+
+    def rematerialize(self) -> int:
+        """Reload the ontology and recompute every inferred fact from the asserted ones."""
+        k = self.knowledge
+        if ONTOLOGY in set(self.store.named_graphs()):
+            self.store.remove_graph(ONTOLOGY)
+        self.store.extend(k.ontology.quads(ONTOLOGY))
+        count = k.engine.materialize(self.store, GRAPHS)
+        cp = self.checkpoint()
+        self._set_meta("knowledgeDigest", Literal(k.digest))
+        self._set_meta("inferredOffset", Literal(cp.offset if cp else -1))
+        return count
+
+    def inferred(self) -> set[Triple]:
+        return {q.triple for q in self.store.quads_for_pattern(None, None, None, INFERRED)}
+
+    def explain(self, fact: Triple, *, depth: int = 4) -> list[dict[str, Any]]:
+        return self.knowledge.engine.explain(self.store, GRAPHS, fact, depth=depth)
+
+    # -- applying events --------------------------------------------------------------------
     def apply(self, event: Event, position: Position) -> Outcome:
         """Apply once: skipped at or below the checkpoint, rejected (position still moves) if invalid."""
         if self.already_applied(position):
             return Outcome(Status.SKIPPED)
         try:
             delta = plan(event, position, self)
+            if event.type in ("MemoryRemembered", "MemoryRevised"):
+                violations = node_violations(self.knowledge, delta, self, memory_iri(event.payload["memory_id"]))
+                if violations:
+                    raise InvalidEvent("shape violations: " + "; ".join(violations))
         except InvalidEvent as exc:
             self.commit(Delta(), position)
             return Outcome(Status.REJECTED, str(exc))
@@ -316,25 +414,28 @@ class TenantGraph:
         return Outcome(Status.REJECTED)
 
     def commit(self, delta: Delta, position: Position) -> None:
+        """Asserted delta + checkpoint in one transaction, then the rules catch up."""
+        adds = [q for q in delta.adds if q not in self.store]
+        removes = [q for q in delta.removes if q in self.store]
         meta_old = list(self.store.quads_for_pattern(PROJECTION, None, None, META))
         meta_new = [
             Quad(PROJECTION, e("partition"), Literal(position.partition), META),
             Quad(PROJECTION, e("offset"), Literal(position.offset), META),
             Quad(PROJECTION, e("handled"), Literal(self.handled() + 1), META),
-        ]
-        removes = [*delta.removes, *meta_old]
+            *(q for q in meta_old if q.predicate.value not in (v.ENGRAM + "partition", v.ENGRAM + "offset",
+                                                                v.ENGRAM + "handled", v.ENGRAM + "inferredOffset")),
+        ]  # fmt: skip
         parts = []
-        if removes:
-            parts.append(f"DELETE DATA {{ {_nt(removes)} }}")
-        parts.append(f"INSERT DATA {{ {_nt([*delta.adds, *meta_new])} }}")
+        if removes or meta_old:
+            parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
+        parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
         self.store.update(" ; ".join(parts))
+        if adds or removes:
+            self.knowledge.engine.update(self.store, GRAPHS, [q.triple for q in adds], [q.triple for q in removes])
+        self._set_meta("inferredOffset", Literal(position.offset))
 
     def quads(self, graph: NamedNode = ASSERTED) -> Iterator[Quad]:
         return self.store.quads_for_pattern(None, None, None, graph)
-
-    def snapshot(self) -> tuple[frozenset[str], Position | None, int]:
-        """Asserted facts, checkpoint and count of events handled: what replay must reproduce."""
-        return frozenset(str(q) for q in self.quads()), self.checkpoint(), self.handled()
 
     def flush(self) -> None:
         self.store.flush()

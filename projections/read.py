@@ -9,7 +9,7 @@ from typing import Any
 
 from pyoxigraph import Literal, NamedNode, Variable
 
-from projections.graph import ASSERTED, META, RDF_TYPE, TenantGraph, e, memory_iri
+from projections.graph import ASSERTED, INFERRED, META, RDF_TYPE, TenantGraph, e, memory_iri
 from schemas import vocabulary as v
 
 PREFIXES = {"e": v.ENGRAM}
@@ -19,7 +19,7 @@ _SHARED = {
     "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
     "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source",
     "actor", "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy",
-    "forgotten", "forgottenAt", "forgottenReason",
+    "forgotten", "forgottenAt", "forgottenReason", "memoryClass",
 }  # fmt: skip
 
 
@@ -130,5 +130,5 @@ def _class_name(iri: str) -> str:
 
 def export_nquads(graph: TenantGraph) -> str:
     """Asserted facts and the checkpoint as sorted N-Quads: a stable form to diff against a replay."""
-    quads = [*graph.quads(ASSERTED), *graph.quads(META)]
+    quads = [*graph.quads(ASSERTED), *graph.quads(INFERRED), *graph.quads(META)]
     return "".join(sorted(f"{q} .\n" for q in quads))

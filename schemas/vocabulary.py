@@ -13,6 +13,7 @@ RDF_TYPE: Final = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 GRAPH_ASSERTED: Final = "urn:engram:graph:asserted"
 GRAPH_INFERRED: Final = "urn:engram:graph:inferred"
 GRAPH_META: Final = "urn:engram:graph:meta"
+GRAPH_ONTOLOGY: Final = "urn:engram:graph:ontology"
 
 KINDS: Final = ("preference", "fact", "objective", "context")
 SCOPES: Final = ("user", "team", "company")

@@ -1,0 +1,41 @@
+"""What every tenant's store reasons with: the ontology, the shapes and the rules, loaded once."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from projections.ontology import SHAPES_FILE, Ontology, load_ontology
+from projections.rules.engine import RuleEngine
+from projections.rules.syntax import load_rules
+from projections.shapes import Shapes, load_shapes
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ONTOLOGY_DIR = REPO / "ontology"
+DEFAULT_RULES_DIR = REPO / "rules"
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    ontology: Ontology
+    shapes: Shapes
+    engine: RuleEngine
+    digest: str  # changes whenever the ontology or a rule file changes
+
+    @property
+    def prefixes(self) -> dict[str, str]:
+        return self.engine.prefixes
+
+
+@cache
+def load_knowledge(ontology_dir: Path = DEFAULT_ONTOLOGY_DIR, rules_dir: Path = DEFAULT_RULES_DIR) -> Knowledge:
+    ontology = load_ontology(ontology_dir)
+    shapes = load_shapes(ontology_dir / SHAPES_FILE)
+    program = load_rules(rules_dir)
+    digest = hashlib.sha256(ontology.digest.encode())
+    for path in sorted(rules_dir.glob("*.dlog")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update((ontology_dir / SHAPES_FILE).read_bytes())
+    return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest())
