@@ -40,8 +40,9 @@ class Attribution(BaseModel):
     correlation_id: str | None = Field(None, max_length=128)
 
     def envelope(self, event_type: str, tenant: str, payload: dict[str, Any]) -> dict[str, Any]:
-        env = self.model_dump(include={"source", "actor", "occurred_at", "purpose",
-                                       "correlation_id"}, exclude_none=True)  # fmt: skip
+        env = self.model_dump(
+            include={"source", "actor", "occurred_at", "purpose", "correlation_id"}, exclude_none=True
+        )
         event_id = str(self.event_id or uuid4())
         return {"type": event_type, "tenant": tenant, "payload": payload, "event_id": event_id, **env}
 

@@ -44,6 +44,5 @@ async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> 
             detail=f"accepted at {pos.partition}:{pos.offset} but not applied within {timeout}s",
         )
     if handled.outcome.status is Status.REJECTED:
-        raise HTTPException(status_code=409, detail=f"rejected by the projection: "
-                                                    f"{handled.outcome.reason}")  # fmt: skip
+        raise HTTPException(status_code=409, detail=f"rejected by the projection: {handled.outcome.reason}")
     return accepted.model_copy(update={"applied": True})

@@ -34,12 +34,17 @@ def main(runs: int = 3) -> None:
             kafka_local.stop(s)
             warm.append(kafka_local.start(s))  # existing storage: no format step
             kafka_local.stop(s)
-    print(json.dumps({
-        "benchmark": "broker_cold_start",
-        "jar_fetch_or_cache_check_seconds": round(fetch, 2),
-        "fresh_storage_seconds": [round(x, 2) for x in cold],
-        "restart_existing_storage_seconds": [round(x, 2) for x in warm],
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "broker_cold_start",
+                "jar_fetch_or_cache_check_seconds": round(fetch, 2),
+                "fresh_storage_seconds": [round(x, 2) for x in cold],
+                "restart_existing_storage_seconds": [round(x, 2) for x in warm],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

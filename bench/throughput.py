@@ -40,8 +40,14 @@ def workload(n: int, tenants: int, seed: int = 7) -> list[dict]:
         if roll < 0.6 or not known[tenant]:
             mid = f"m{i}"
             known[tenant].append(mid)
-            payload = {"memory_id": mid, "label": f"memory {i}", "content": f"content {i} " * 8,
-                       "kind": "fact", "scope": "company", "importance": rng.randint(1, 5)}  # fmt: skip
+            payload = {
+                "memory_id": mid,
+                "label": f"memory {i}",
+                "content": f"content {i} " * 8,
+                "kind": "fact",
+                "scope": "company",
+                "importance": rng.randint(1, 5),
+            }
             out.append({"type": "MemoryRemembered", "payload": payload})
         elif roll < 0.85:
             payload = {"memory_id": rng.choice(known[tenant]), "changes": {"label": f"rev {i}"}}
@@ -91,8 +97,14 @@ def main() -> None:
             latencies = []
             with httpx.Client(base_url=server.url, timeout=60) as client:
                 for i in range(args.writes):
-                    body = {"source": "agent", "actor": ACTOR, "label": f"w{i}", "content": "latency probe",
-                            "kind": "fact", "importance": 3}  # fmt: skip
+                    body = {
+                        "source": "agent",
+                        "actor": ACTOR,
+                        "label": f"w{i}",
+                        "content": "latency probe",
+                        "kind": "fact",
+                        "importance": 3,
+                    }
                     t0 = time.perf_counter()
                     r = client.post(f"/v1/tenants/lat{i % 10}/memories", params={"wait": "true"}, json=body)
                     latencies.append((time.perf_counter() - t0) * 1000)
@@ -100,23 +112,28 @@ def main() -> None:
         finally:
             server.stop()
 
-    print(json.dumps({
-        "benchmark": "throughput",
-        "events": args.events,
-        "tenants": args.tenants,
-        "partitions": settings.events_partitions,
-        "workers": 1,
-        "produce_seconds": round(produce_s, 3),
-        "first_produce_to_last_applied_seconds": round(applied_s, 3),
-        "events_per_second_applied": round(args.events / applied_s, 1),
-        "handled": handled,
-        "write_to_readable_ms": {
-            "writes": args.writes,
-            "p50": round(statistics.median(latencies), 2),
-            "p99": round(percentile(latencies, 0.99), 2),
-            "max": round(max(latencies), 2),
-        },
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "throughput",
+                "events": args.events,
+                "tenants": args.tenants,
+                "partitions": settings.events_partitions,
+                "workers": 1,
+                "produce_seconds": round(produce_s, 3),
+                "first_produce_to_last_applied_seconds": round(applied_s, 3),
+                "events_per_second_applied": round(args.events / applied_s, 1),
+                "handled": handled,
+                "write_to_readable_ms": {
+                    "writes": args.writes,
+                    "p50": round(statistics.median(latencies), 2),
+                    "p99": round(percentile(latencies, 0.99), 2),
+                    "max": round(max(latencies), 2),
+                },
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ def _kafka(settings: Settings, args: argparse.Namespace) -> int:
         case "start":
             took = kafka_local.start(settings)
             created = asyncio.run(ensure_topics(settings))
-            print(f"kafka answering on {settings.kafka_bootstrap} (took {took:.1f}s); "
-                  f"topics created: {', '.join(created) or 'none (all present)'}")  # fmt: skip
+            print(
+                f"kafka answering on {settings.kafka_bootstrap} (took {took:.1f}s); "
+                f"topics created: {', '.join(created) or 'none (all present)'}"
+            )
             return 0
         case "stop":
             stopped = kafka_local.stop(settings)
@@ -47,8 +49,9 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from api.main import create_app
 
     async def main() -> None:
-        config = uvicorn.Config(create_app(settings), host=settings.api_host,
-                                port=settings.api_port, log_config=None)  # fmt: skip
+        config = uvicorn.Config(
+            create_app(settings), host=settings.api_host, port=settings.api_port, log_config=None
+        )
         server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
@@ -135,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     ksub.add_parser("stop", help="stop the broker this project started")
     ksub.add_parser("status", help="exit 0 if the broker answers")
     t = ksub.add_parser("tool", help="run a Kafka command-line tool from the same jars")
-    t.add_argument("tool", choices=["topics", "consumer-groups", "console-consumer",
-                                    "console-producer", "get-offsets"])  # fmt: skip
+    t.add_argument(
+        "tool", choices=["topics", "consumer-groups", "console-consumer", "console-producer", "get-offsets"]
+    )
     t.add_argument("tool_args", nargs=argparse.REMAINDER, help="arguments for the tool")
 
     s = sub.add_parser("serve", help="run the API with the projector in one process")
@@ -160,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = load_settings()
     setup_logging(settings.log_level)
-    handlers = {"kafka": _kafka, "serve": _serve, "produce": _produce, "replay": _replay,
-                "bench": _bench}  # fmt: skip
+    handlers = {"kafka": _kafka, "serve": _serve, "produce": _produce, "replay": _replay, "bench": _bench}
     try:
         return handlers[args.command](settings, args)
     except KeyboardInterrupt:

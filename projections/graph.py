@@ -367,8 +367,13 @@ class TenantGraph:
         want = Literal(cp.offset if cp else -1)
         if digest is not None and digest.value == k.digest and offset == want:
             return
-        log.info("re-materialising %s (%s)", self.path, "knowledge changed" if digest is None or
-                 digest.value != k.digest else "inferences behind the checkpoint")  # fmt: skip
+        log.info(
+            "re-materialising %s (%s)",
+            self.path,
+            "knowledge changed"
+            if digest is None or digest.value != k.digest
+            else "inferences behind the checkpoint",
+        )
         self.rematerialize()
 
     def rematerialize(self) -> int:
@@ -397,7 +402,9 @@ class TenantGraph:
         try:
             delta = plan(event, position, self)
             if event.type in ("MemoryRemembered", "MemoryRevised"):
-                violations = node_violations(self.knowledge, delta, self, memory_iri(event.payload["memory_id"]))
+                violations = node_violations(
+                    self.knowledge, delta, self, memory_iri(event.payload["memory_id"])
+                )
                 if violations:
                     raise InvalidEvent("shape violations: " + "; ".join(violations))
         except InvalidEvent as exc:
@@ -422,16 +429,27 @@ class TenantGraph:
             Quad(PROJECTION, e("partition"), Literal(position.partition), META),
             Quad(PROJECTION, e("offset"), Literal(position.offset), META),
             Quad(PROJECTION, e("handled"), Literal(self.handled() + 1), META),
-            *(q for q in meta_old if q.predicate.value not in (v.ENGRAM + "partition", v.ENGRAM + "offset",
-                                                                v.ENGRAM + "handled", v.ENGRAM + "inferredOffset")),
-        ]  # fmt: skip
+            *(
+                q
+                for q in meta_old
+                if q.predicate.value
+                not in (
+                    v.ENGRAM + "partition",
+                    v.ENGRAM + "offset",
+                    v.ENGRAM + "handled",
+                    v.ENGRAM + "inferredOffset",
+                )
+            ),
+        ]
         parts = []
         if removes or meta_old:
             parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
         parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
         self.store.update(" ; ".join(parts))
         if adds or removes:
-            self.knowledge.engine.update(self.store, GRAPHS, [q.triple for q in adds], [q.triple for q in removes])
+            self.knowledge.engine.update(
+                self.store, GRAPHS, [q.triple for q in adds], [q.triple for q in removes]
+            )
         self._set_meta("inferredOffset", Literal(position.offset))
 
     def quads(self, graph: NamedNode = ASSERTED) -> Iterator[Quad]:

@@ -30,7 +30,9 @@ class Knowledge:
 
 
 @cache
-def load_knowledge(ontology_dir: Path = DEFAULT_ONTOLOGY_DIR, rules_dir: Path = DEFAULT_RULES_DIR) -> Knowledge:
+def load_knowledge(
+    ontology_dir: Path = DEFAULT_ONTOLOGY_DIR, rules_dir: Path = DEFAULT_RULES_DIR
+) -> Knowledge:
     ontology = load_ontology(ontology_dir)
     shapes = load_shapes(ontology_dir / SHAPES_FILE)
     program = load_rules(rules_dir)

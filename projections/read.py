@@ -16,11 +16,31 @@ PREFIXES = {"e": v.ENGRAM}
 
 # Predicates with a place of their own in a memory's view; any other e: predicate is a property.
 _SHARED = {
-    "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
-    "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source",
-    "actor", "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy",
-    "forgotten", "forgottenAt", "forgottenReason", "memoryClass",
-}  # fmt: skip
+    "memoryId",
+    "rememberedBy",
+    "label",
+    "content",
+    "kind",
+    "scope",
+    "stakeholderUser",
+    "stakeholderTeam",
+    "importance",
+    "confidence",
+    "expiresAt",
+    "embeddingModel",
+    "source",
+    "actor",
+    "actorRole",
+    "validFrom",
+    "recordedAt",
+    "updatedAt",
+    "changedBy",
+    "supersededBy",
+    "forgotten",
+    "forgottenAt",
+    "forgottenReason",
+    "memoryClass",
+}
 
 
 def list_memory_ids(

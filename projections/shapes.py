@@ -29,9 +29,22 @@ NUMERIC = {
 }
 NODE_KEYS = {"targetClass", "property"}
 PROPERTY_KEYS = {
-    "path", "minCount", "maxCount", "datatype", "or", "in", "minInclusive", "maxInclusive",
-    "minExclusive", "maxExclusive", "minLength", "maxLength", "pattern", "name", "description",
-}  # fmt: skip
+    "path",
+    "minCount",
+    "maxCount",
+    "datatype",
+    "or",
+    "in",
+    "minInclusive",
+    "maxInclusive",
+    "minExclusive",
+    "maxExclusive",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "name",
+    "description",
+}
 
 Term = NamedNode | Literal | BlankNode
 
@@ -122,7 +135,9 @@ class Shapes:
     shapes: tuple[NodeShape, ...]
     by_class: dict[str, list[NodeShape]] = field(default_factory=dict)
 
-    def validate(self, classes: Sequence[str], facts: Mapping[str, Sequence[Term]], ontology: Ontology) -> list[str]:
+    def validate(
+        self, classes: Sequence[str], facts: Mapping[str, Sequence[Term]], ontology: Ontology
+    ) -> list[str]:
         """Violations of a node with asserted ``classes`` and ``facts`` (predicate IRI -> values)."""
         out: list[str] = []
         targets: set[str] = set()
@@ -133,7 +148,10 @@ class Shapes:
         for cls in sorted(targets):
             for shape in self.by_class.get(cls, []):
                 for prop in shape.properties:
-                    out += [f"{_local(cls)}: {msg}" for msg in prop.check(facts.get(prop.path, ()), _local(prop.path))]
+                    out += [
+                        f"{_local(cls)}: {msg}"
+                        for msg in prop.check(facts.get(prop.path, ()), _local(prop.path))
+                    ]
         return out
 
 
@@ -223,7 +241,9 @@ def load_shapes(path: Path) -> Shapes:
         if not isinstance(target, NamedNode):
             raise ShapesError(f"{where}: needs one sh:targetClass IRI")
         compiled = tuple(
-            sorted((_compile_property(store, p, where) for p in props.get("property", [])), key=lambda x: x.path)
+            sorted(
+                (_compile_property(store, p, where) for p in props.get("property", [])), key=lambda x: x.path
+            )
         )
         shapes.append(NodeShape(where, target.value, compiled))
     by_class: dict[str, list[NodeShape]] = {}

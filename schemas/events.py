@@ -119,9 +119,16 @@ def event_from_json(obj: Any) -> Event:
     if not isinstance(obj, dict):
         raise InvalidEvent("an event must be a JSON object")
     unknown = set(obj) - {
-        "type", "tenant", "source", "actor", "payload", "event_id", "occurred_at", "purpose",
+        "type",
+        "tenant",
+        "source",
+        "actor",
+        "payload",
+        "event_id",
+        "occurred_at",
+        "purpose",
         "correlation_id",
-    }  # fmt: skip
+    }
     if unknown:
         raise InvalidEvent(f"unknown envelope fields: {', '.join(sorted(unknown))}")
     for key in ("type", "tenant", "source", "actor", "payload"):
@@ -175,13 +182,17 @@ def _require(cond: bool, reason: str) -> None:
 
 
 def _check_id(value: Any, what: str) -> None:
-    _require(isinstance(value, str) and bool(v.ID_RE.match(value)),
-             f"{what} must match {v.ID_RE.pattern}, got {value!r}")  # fmt: skip
+    _require(
+        isinstance(value, str) and bool(v.ID_RE.match(value)),
+        f"{what} must match {v.ID_RE.pattern}, got {value!r}",
+    )
 
 
 def _check_importance(value: Any) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5,
-             f"importance must be an integer 1-5, got {value!r}")  # fmt: skip
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5,
+        f"importance must be an integer 1-5, got {value!r}",
+    )
 
 
 def _check_confidence(value: Any) -> None:
@@ -190,14 +201,18 @@ def _check_confidence(value: Any) -> None:
 
 
 def _check_text(value: Any, what: str, limit: int) -> None:
-    _require(isinstance(value, str) and value.strip() != "" and len(value) <= limit,
-             f"{what} must be a non-empty string of at most {limit} characters")  # fmt: skip
+    _require(
+        isinstance(value, str) and value.strip() != "" and len(value) <= limit,
+        f"{what} must be a non-empty string of at most {limit} characters",
+    )
 
 
 def validate(event: Event) -> None:
     """Raise :class:`InvalidEvent` with the first broken domain rule; Avro checks types."""
-    _require(isinstance(event.tenant, str) and bool(v.TENANT_RE.match(event.tenant)),
-             f"tenant must match {v.TENANT_RE.pattern}, got {event.tenant!r}")  # fmt: skip
+    _require(
+        isinstance(event.tenant, str) and bool(v.TENANT_RE.match(event.tenant)),
+        f"tenant must match {v.TENANT_RE.pattern}, got {event.tenant!r}",
+    )
     _require(event.source in v.SOURCES, f"source must be one of {', '.join(v.SOURCES)}")
     _require(bool(event.actor.id) and bool(event.actor.role), "actor id and role are required")
     try:
@@ -217,15 +232,20 @@ def validate(event: Event) -> None:
         case "MemoryRestored" | "MemoryForgotten":
             _check_id(p.get("memory_id"), "memory_id")
         case "KpiObserved":
-            _require(bool(v.NAME_RE.match(str(p.get("metric", "")))),
-                     f"metric must match {v.NAME_RE.pattern}")  # fmt: skip
+            _require(
+                bool(v.NAME_RE.match(str(p.get("metric", "")))), f"metric must match {v.NAME_RE.pattern}"
+            )
         case "SpendObserved":
-            _require(bool(v.NAME_RE.match(str(p.get("platform", "")))),
-                     f"platform must match {v.NAME_RE.pattern}")  # fmt: skip
-            _require(bool(v.CURRENCY_RE.match(str(p.get("currency", "")))),
-                     "currency must be an ISO-4217 code such as USD")  # fmt: skip
-            _require(isinstance(p.get("amount"), int | float) and p["amount"] >= 0,
-                     "amount must be a number >= 0")  # fmt: skip
+            _require(
+                bool(v.NAME_RE.match(str(p.get("platform", "")))), f"platform must match {v.NAME_RE.pattern}"
+            )
+            _require(
+                bool(v.CURRENCY_RE.match(str(p.get("currency", "")))),
+                "currency must be an ISO-4217 code such as USD",
+            )
+            _require(
+                isinstance(p.get("amount"), int | float) and p["amount"] >= 0, "amount must be a number >= 0"
+            )
         case "StakeholderChanged":
             _check_id(p.get("user_id"), "user_id")
         case _:
@@ -241,8 +261,10 @@ def _validate_remembered(p: Mapping[str, Any]) -> None:
     _check_importance(p.get("importance"))
     _check_confidence(p.get("confidence", 1.0))
     cls = p.get("memory_class", "Memory")
-    _require(isinstance(cls, str) and bool(v.CLASS_RE.match(cls)),
-             f"memory_class must be a class name such as PerformanceTargetMemory, got {cls!r}")  # fmt: skip
+    _require(
+        isinstance(cls, str) and bool(v.CLASS_RE.match(cls)),
+        f"memory_class must be a class name such as PerformanceTargetMemory, got {cls!r}",
+    )
     holders = p.get("stakeholders") or {}
     if p["scope"] == "user":
         _require(bool(holders.get("user_id")), "a user-scoped memory needs stakeholders.user_id")
@@ -252,12 +274,15 @@ def _validate_remembered(p: Mapping[str, Any]) -> None:
         _require(bool(v.NAME_RE.match(key)), f"property name {key!r} must match {v.NAME_RE.pattern}")
     if p.get("replaces") is not None:
         _check_id(p["replaces"], "replaces")
-    _require(p.get("on_conflict", "ask") in v.ON_CONFLICT,
-             f"on_conflict must be one of {', '.join(v.ON_CONFLICT)}")  # fmt: skip
+    _require(
+        p.get("on_conflict", "ask") in v.ON_CONFLICT, f"on_conflict must be one of {', '.join(v.ON_CONFLICT)}"
+    )
     emb = p.get("embedding")
     if emb is not None:
-        _require(len(emb) > 0 and p.get("embedding_model") is not None,
-                 "an embedding needs a non-empty vector and embedding_model")  # fmt: skip
+        _require(
+            len(emb) > 0 and p.get("embedding_model") is not None,
+            "an embedding needs a non-empty vector and embedding_model",
+        )
 
 
 def _validate_revised(p: Mapping[str, Any]) -> None:
@@ -266,8 +291,10 @@ def _validate_revised(p: Mapping[str, Any]) -> None:
     props = p.get("property_changes") or {}
     _require(bool(changes) or bool(props), "a revision must change at least one field")
     for name, value in changes.items():
-        _require(name in v.REVISABLE_FIELDS,
-                 f"field {name!r} cannot be revised; one of {', '.join(v.REVISABLE_FIELDS)}")  # fmt: skip
+        _require(
+            name in v.REVISABLE_FIELDS,
+            f"field {name!r} cannot be revised; one of {', '.join(v.REVISABLE_FIELDS)}",
+        )
         if value is None:
             _require(name in v.CLEARABLE_FIELDS, f"field {name!r} is required and cannot be cleared")
             continue

@@ -75,10 +75,16 @@ def ensure_jars(settings: Settings) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     log.info("fetching Apache Kafka %s from Maven Central", settings.kafka_version)
     cmd = [
-        "mvn", "-q", "-B", "-f", str(_resource("pom.xml")),
+        "mvn",
+        "-q",
+        "-B",
+        "-f",
+        str(_resource("pom.xml")),
         f"-Dkafka.version={settings.kafka_version}",
-        "dependency:copy-dependencies", f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
-    ]  # fmt: skip
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+        "-DincludeScope=runtime",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise KafkaError(f"mvn failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -94,9 +100,12 @@ def _java(settings: Settings, *args: str, log4j: str) -> list[str]:
     if java is None:
         raise KafkaError("java is not on PATH; the local broker needs a JDK (17+)")
     return [
-        java, f"-Dlog4j2.configurationFile={_resource(log4j)}",
-        "-cp", str(lib_dir(settings) / "*"), *args,
-    ]  # fmt: skip
+        java,
+        f"-Dlog4j2.configurationFile={_resource(log4j)}",
+        "-cp",
+        str(lib_dir(settings) / "*"),
+        *args,
+    ]
 
 
 def run_tool(settings: Settings, tool: str, args: list[str]) -> int:
@@ -198,19 +207,32 @@ def start(settings: Settings, *, timeout: float = 90.0) -> float:
     props.write_text(_server_properties(settings))
     if not (bdir / "logs" / "meta.properties").exists():
         cluster_id = uuid.uuid4().hex[:22]
-        fmt = _java(settings, STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(props),
-                    log4j="tools-log4j2.properties")  # fmt: skip
+        fmt = _java(
+            settings,
+            STORAGE_TOOL,
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+            log4j="tools-log4j2.properties",
+        )
         done = subprocess.run(fmt, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise KafkaError(f"formatting KRaft storage failed: {done.stdout}{done.stderr}")
     heap = settings.kafka_heap
     cmd = _java(
         settings,
-        f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-        "-XX:ActiveProcessorCount=2", f"-Dengram.log.file={bdir / 'kafka.log'}",
-        KAFKA_MAIN, str(props),
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:ActiveProcessorCount=2",
+        f"-Dengram.log.file={bdir / 'kafka.log'}",
+        KAFKA_MAIN,
+        str(props),
         log4j="log4j2.properties",
-    )  # fmt: skip
+    )
     with open(bdir / "kafka.out", "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     _pid_file(settings).write_text(str(proc.pid))

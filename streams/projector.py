@@ -99,8 +99,9 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
 
-    async def send_dead_letter(key: bytes | None, value: bytes | None, headers: Headers,
-                               reason: str, *, origin: Position) -> None:  # fmt: skip
+    async def send_dead_letter(
+        key: bytes | None, value: bytes | None, headers: Headers, reason: str, *, origin: Position
+    ) -> None:
         extra = [
             (codec.HEADER_REASON, reason.encode()),
             ("original-topic", settings.events_topic.encode()),
@@ -121,8 +122,13 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
                 raw_headers = raw_headers.items()
             record = Record(msg.key, msg.value, list(raw_headers), position)
 
-            async def sink(key: bytes | None, value: bytes | None, headers: Headers,
-                           reason: str, _pos: Position = position) -> None:  # fmt: skip
+            async def sink(
+                key: bytes | None,
+                value: bytes | None,
+                headers: Headers,
+                reason: str,
+                _pos: Position = position,
+            ) -> None:
                 await send_dead_letter(key, value, headers, reason, origin=_pos)
 
             try:

@@ -61,11 +61,18 @@ async def replay_tenant(
                 if msg.key != key:
                     continue
                 pos = Position(msg.partition, msg.offset, msg.timestamp)
-                await handle_record(Record(msg.key, msg.value, list(msg.headers), pos), stores,
-                                    no_dead_letters)  # fmt: skip
+                await handle_record(
+                    Record(msg.key, msg.value, list(msg.headers), pos), stores, no_dead_letters
+                )
                 seen += 1
-            log.info("replay %s: %d events, offset %d/%d, %.1fs", tenant, seen,
-                     await consumer.position(tp), end, time.monotonic() - started)  # fmt: skip
+            log.info(
+                "replay %s: %d events, offset %d/%d, %.1fs",
+                tenant,
+                seen,
+                await consumer.position(tp),
+                end,
+                time.monotonic() - started,
+            )
         return graph
     finally:
         await consumer.stop()

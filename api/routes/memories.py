@@ -49,5 +49,4 @@ async def remember(
         graph = runtime.stores.get(tenant)
         if graph is None or get_memory(graph, body.replaces) is None:
             raise HTTPException(status_code=422, detail=f"replaces: unknown memory {body.replaces}")
-    return await produce(runtime, body.envelope("MemoryRemembered", tenant, body.payload()),
-                         wait=wait)  # fmt: skip
+    return await produce(runtime, body.envelope("MemoryRemembered", tenant, body.payload()), wait=wait)

@@ -11,7 +11,18 @@ from collections.abc import Mapping
 
 from pyoxigraph import Literal, NamedNode
 
-from projections.rules.syntax import RDF_TYPE, Aggregate, Atom, Bind, Filter, Negation, Program, Rule, Term, Var
+from projections.rules.syntax import (
+    RDF_TYPE,
+    Aggregate,
+    Atom,
+    Bind,
+    Filter,
+    Negation,
+    Program,
+    Rule,
+    Term,
+    Var,
+)
 
 Binding = Mapping[str, NamedNode | Literal]
 

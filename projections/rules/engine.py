@@ -6,7 +6,7 @@ walks the strata in order:
 
 * **overdelete** (DRed): every inferred fact that *might* have used a removed fact (or a fact
   newly added under a NOT, or a changed aggregate group) is removed; candidates are found by
-  evaluating the rule without the triggering literal over old ∪ new facts, so nothing that
+  evaluating the rule without the triggering literal over old and new facts together, so nothing that
   lost support is missed;
 * **rederive**: an overdeleted fact that still has a derivation from what remains comes back;
 * **insert** (semi-naive): rules are evaluated seeded by each added fact (or a fact removed
@@ -154,16 +154,24 @@ class RuleEngine:
     def _in(store: Store, fact: Fact, graphs: Iterable[NamedNode]) -> bool:
         return any(Quad(fact.subject, fact.predicate, fact.object, g) in store for g in graphs)
 
-    def _heads(self, store: Store, rule: Rule, seed: Seed, graphs: list[NamedNode], stats: UpdateStats | None,
-               **options: Any) -> Iterator[Fact]:  # fmt: skip
+    def _heads(
+        self,
+        store: Store,
+        rule: Rule,
+        seed: Seed,
+        graphs: list[NamedNode],
+        stats: UpdateStats | None,
+        **options: Any,
+    ) -> Iterator[Fact]:
         variables = sorted(set().union(*(h.vars for h in rule.heads)))
         for row in self._rows(store, sq.select(rule, seed, variables, **options), graphs, stats):
             for head in rule.heads:
                 if (fact := instantiate(head, row)) is not None:
                     yield fact
 
-    def _group_keys(self, store: Store, agg: Aggregate, seed: Seed, graphs: list[NamedNode],
-                    stats: UpdateStats | None) -> list[Seed]:  # fmt: skip
+    def _group_keys(
+        self, store: Store, agg: Aggregate, seed: Seed, graphs: list[NamedNode], stats: UpdateStats | None
+    ) -> list[Seed]:
         if not agg.group:
             return [{}]
         if all(g in seed for g in agg.group):
@@ -193,7 +201,9 @@ class RuleEngine:
         return total
 
     # -- incremental ----------------------------------------------------------------------
-    def update(self, store: Store, graphs: Graphs, added: Iterable[Fact], removed: Iterable[Fact]) -> UpdateStats:
+    def update(
+        self, store: Store, graphs: Graphs, added: Iterable[Fact], removed: Iterable[Fact]
+    ) -> UpdateStats:
         """Bring ``graphs.inferred`` up to date after base facts were added and removed."""
         stats, started = UpdateStats(), time.monotonic()
         inferred, scratch = graphs.inferred, graphs.removed
@@ -223,8 +233,15 @@ class RuleEngine:
         stats.seconds = time.monotonic() - started
         return stats
 
-    def _overdelete(self, store: Store, graphs: Graphs, stratum: _Stratum, adds: list[Fact], dels: list[Fact],
-                    stats: UpdateStats) -> list[Fact]:  # fmt: skip
+    def _overdelete(
+        self,
+        store: Store,
+        graphs: Graphs,
+        stratum: _Stratum,
+        adds: list[Fact],
+        dels: list[Fact],
+        stats: UpdateStats,
+    ) -> list[Fact]:
         queue: list[tuple[_Trigger, Seed]] = []
         for fact in dels:
             queue += stratum.matches(fact, ("pos", "agg"))
@@ -246,8 +263,9 @@ class RuleEngine:
                 queue += stratum.matches(fact, ("pos", "agg"))
         return gone
 
-    def _candidates(self, store: Store, graphs: Graphs, trig: _Trigger, seed: Seed,
-                    stats: UpdateStats) -> Iterator[Fact]:  # fmt: skip
+    def _candidates(
+        self, store: Store, graphs: Graphs, trig: _Trigger, seed: Seed, stats: UpdateStats
+    ) -> Iterator[Fact]:
         """Inferred facts whose derivation may have used the triggering fact (an over-estimate)."""
         rule = trig.rule
         if trig.kind == "agg":
@@ -262,8 +280,9 @@ class RuleEngine:
             seed = {k: v for k, v in seed.items() if k not in trig.locals}
         yield from self._heads(store, rule, seed, graphs.union, stats, skip=trig.literal, drop_negations=True)
 
-    def _rederive(self, store: Store, graphs: Graphs, strata: list[_Stratum], candidates: list[Fact],
-                  stats: UpdateStats) -> None:  # fmt: skip
+    def _rederive(
+        self, store: Store, graphs: Graphs, strata: list[_Stratum], candidates: list[Fact], stats: UpdateStats
+    ) -> None:
         pending = list(dict.fromkeys(candidates))
         progress = True
         while pending and progress:
@@ -277,7 +296,9 @@ class RuleEngine:
                     pending.remove(fact)
                     progress = True
 
-    def _derivable(self, store: Store, graphs: Graphs, stratum: _Stratum, fact: Fact, stats: UpdateStats) -> bool:
+    def _derivable(
+        self, store: Store, graphs: Graphs, stratum: _Stratum, fact: Fact, stats: UpdateStats
+    ) -> bool:
         for rule, head in stratum.heads:
             seed = unify(head, fact)
             if seed is None:
@@ -287,8 +308,15 @@ class RuleEngine:
                 return True
         return False
 
-    def _insert(self, store: Store, graphs: Graphs, stratum: _Stratum, adds: list[Fact], dels: list[Fact],
-                stats: UpdateStats) -> None:  # fmt: skip
+    def _insert(
+        self,
+        store: Store,
+        graphs: Graphs,
+        stratum: _Stratum,
+        adds: list[Fact],
+        dels: list[Fact],
+        stats: UpdateStats,
+    ) -> None:
         queue: list[tuple[_Trigger, Seed]] = []
         for fact in adds:
             queue += stratum.matches(fact, ("pos", "agg"))
@@ -304,7 +332,9 @@ class RuleEngine:
                 stats.added += 1
                 queue += stratum.matches(fact, ("pos", "agg"))
 
-    def _derived(self, store: Store, graphs: Graphs, trig: _Trigger, seed: Seed, stats: UpdateStats) -> Iterator[Fact]:
+    def _derived(
+        self, store: Store, graphs: Graphs, trig: _Trigger, seed: Seed, stats: UpdateStats
+    ) -> Iterator[Fact]:
         rule = trig.rule
         if trig.kind == "agg":
             assert isinstance(trig.literal, Aggregate)

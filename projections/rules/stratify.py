@@ -19,7 +19,9 @@ class StratificationError(ValueError):
 
 
 def unifiable(a: Atom, b: Atom) -> bool:
-    return all(isinstance(x, Var) or isinstance(y, Var) or x == y for x, y in zip(a.terms, b.terms, strict=True))
+    return all(
+        isinstance(x, Var) or isinstance(y, Var) or x == y for x, y in zip(a.terms, b.terms, strict=True)
+    )
 
 
 def body_atoms(rule: Rule) -> Iterator[tuple[Atom, bool]]:
@@ -139,7 +141,11 @@ def stratify(rules: list[Rule]) -> list[list[Rule]]:
         members = set(comp)
         for e in edges:
             if e.negative and e.user in members and e.producer in members:
-                cycle = [e.user, *_path(succ, e.producer, e.user, members)[:-1]] if e.user != e.producer else [e.user]
+                cycle = (
+                    [e.user, *_path(succ, e.producer, e.user, members)[:-1]]
+                    if e.user != e.producer
+                    else [e.user]
+                )
                 chain = " -> ".join(describe(rules[i]) for i in [*cycle, cycle[0]])
                 raise StratificationError(f"rules recurse through NOT/AGGREGATE: {chain}")
         strata.append([rules[i] for i in comp])

@@ -240,8 +240,13 @@ class _Parser:
             body.append(self.literal())
         self.expect(".")
         line = self.text.count("\n", 0, start) + 1
-        rule = Rule(tuple(heads), tuple(body), f"{self.name}:{line}", " ".join(self.text[start : self.pos].split()),
-                    explain)  # fmt: skip
+        rule = Rule(
+            tuple(heads),
+            tuple(body),
+            f"{self.name}:{line}",
+            " ".join(self.text[start : self.pos].split()),
+            explain,
+        )
         self.check_safe(rule)
         return rule
 
@@ -249,10 +254,14 @@ class _Parser:
         bound = rule.positive_vars
         for head in rule.heads:
             if missing := head.vars - bound:
-                raise RuleSyntaxError(f"{rule.source}: head variables {_names(missing)} are not bound by the body")
+                raise RuleSyntaxError(
+                    f"{rule.source}: head variables {_names(missing)} are not bound by the body"
+                )
         for lit in rule.body:
             if isinstance(lit, Filter | Bind) and (missing := lit.vars - bound):
-                raise RuleSyntaxError(f"{rule.source}: {_names(missing)} used in an expression but never bound")
+                raise RuleSyntaxError(
+                    f"{rule.source}: {_names(missing)} used in an expression but never bound"
+                )
         if any(isinstance(lit, Aggregate) for lit in rule.body) and any(
             isinstance(lit, Atom | Negation) for lit in rule.body
         ):

@@ -153,7 +153,15 @@ def test_list_filters(log: Log) -> None:
     log.apply(
         "MemoryRemembered", remembered("a", kind="preference", scope="user", stakeholders={"user_id": "sam"})
     )
-    log.apply("MemoryRemembered", remembered("b", kind="objective", memory_class="PerformanceTargetMemory", properties={"metric": "roas", "goal": 3}))
+    log.apply(
+        "MemoryRemembered",
+        remembered(
+            "b",
+            kind="objective",
+            memory_class="PerformanceTargetMemory",
+            properties={"metric": "roas", "goal": 3},
+        ),
+    )
     log.apply("MemoryRemembered", remembered("c", kind="objective"))
     log.apply("MemorySuperseded", {"memory_id": "c", "superseded_by": "b"})
     assert list_memory_ids(log.graph, kind="preference") == ["a"]

@@ -3,6 +3,7 @@ program with negation and aggregation over random edge insertions and deletions.
 
 from __future__ import annotations
 
+import re
 import tempfile
 
 import pytest
@@ -92,12 +93,16 @@ def test_negative_cycle_is_refused_with_the_cycle_named() -> None:
         [?x, :c, ?y] :- [?x, :a, ?y] .""",
         "cycle.dlog",
     )
-    with pytest.raises(StratificationError, match=r"cycle.dlog:2 .*:a.* -> cycle.dlog:3 .*:c.* -> cycle.dlog:2"):
+    with pytest.raises(
+        StratificationError, match=r"cycle.dlog:2 .*:a.* -> cycle.dlog:3 .*:c.* -> cycle.dlog:2"
+    ):
         stratify(program.rules)
 
 
 def test_aggregate_cycle_is_refused() -> None:
-    program = parse_rules(f"PREFIX : <{EX}>\n[?x, :n, ?c] :- AGGREGATE([?x, :n, ?y] ON ?x BIND COUNT(?y) AS ?c) .")
+    program = parse_rules(
+        f"PREFIX : <{EX}>\n[?x, :n, ?c] :- AGGREGATE([?x, :n, ?y] ON ?x BIND COUNT(?y) AS ?c) ."
+    )
     with pytest.raises(StratificationError, match="recurse through NOT/AGGREGATE"):
         stratify(program.rules)
 
@@ -109,11 +114,14 @@ def test_aggregate_cycle_is_refused() -> None:
         ("[?x, :a, ?x] :- [?x, :b, ?z], FILTER(?w > 1) .", "?w used in an expression but never bound"),
         ("[?x, :a, ?x] :- [?x, :b, ?z]", "expected '.'"),
         ("[?x, :a, ?x] :- [?x, nope:b, ?z] .", "unknown prefix 'nope'"),
-        ("[?x, :a, ?c] :- [?x, :b, ?z], AGGREGATE([?x, :n, ?y] ON ?x BIND COUNT(?y) AS ?c) .", "only add FILTER"),
+        (
+            "[?x, :a, ?c] :- [?x, :b, ?z], AGGREGATE([?x, :n, ?y] ON ?x BIND COUNT(?y) AS ?c) .",
+            "only add FILTER",
+        ),
         ('["lit", :a, ?x] :- [?x, :b, ?z] .', "literal cannot be a subject"),
     ],
 )
 def test_syntax_errors_name_file_line_and_problem(text: str, message: str) -> None:
-    with pytest.raises(RuleSyntaxError, match=message) as info:
+    with pytest.raises(RuleSyntaxError, match=re.escape(message)) as info:
         parse_rules(f"PREFIX : <{EX}>\n{text}", "bad.dlog")
     assert str(info.value).startswith("bad.dlog:")

@@ -44,7 +44,12 @@ CLASSES = st.sampled_from(
     ]
 )
 SCOPES = st.sampled_from(
-    [("company", {}), ("user", {"user_id": "u1"}), ("user", {"user_id": "u2"}), ("team", {"team_ids": ["t1"]})]
+    [
+        ("company", {}),
+        ("user", {"user_id": "u1"}),
+        ("user", {"user_id": "u2"}),
+        ("team", {"team_ids": ["t1"]}),
+    ]
 )
 
 
@@ -84,14 +89,23 @@ OPS = st.one_of(
         st.sampled_from(IDS),
         st.sampled_from([1.5, 3.0, 5]),
     ),
-    st.builds(lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}), st.sampled_from(IDS),
-              st.sampled_from(IDS)),  # fmt: skip
+    st.builds(
+        lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}),
+        st.sampled_from(IDS),
+        st.sampled_from(IDS),
+    ),
     st.builds(lambda m: ("MemoryRestored", {"memory_id": m}), st.sampled_from(IDS)),
     st.builds(lambda m: ("MemoryForgotten", {"memory_id": m}), st.sampled_from(IDS)),
-    st.builds(lambda k, x: ("KpiObserved", {"metric": k, "value": x, "period": "p"}), st.sampled_from(["roas", "cpa"]),
-              st.sampled_from([1.0, 2.0, 2.7, 3.0, 3.2, 25.0])),  # fmt: skip
-    st.builds(lambda p, a: ("SpendObserved", {"platform": p, "amount": a, "currency": "USD", "period": "p"}),
-              st.sampled_from(["meta", "google"]), st.sampled_from([0.0, 500.0, 850.0, 34000.0, 41000.0])),  # fmt: skip
+    st.builds(
+        lambda k, x: ("KpiObserved", {"metric": k, "value": x, "period": "p"}),
+        st.sampled_from(["roas", "cpa"]),
+        st.sampled_from([1.0, 2.0, 2.7, 3.0, 3.2, 25.0]),
+    ),
+    st.builds(
+        lambda p, a: ("SpendObserved", {"platform": p, "amount": a, "currency": "USD", "period": "p"}),
+        st.sampled_from(["meta", "google"]),
+        st.sampled_from([0.0, 500.0, 850.0, 34000.0, 41000.0]),
+    ),
     st.builds(lambda t: ("ClockTicked", {"now": t}), st.sampled_from(TIMES)),
 )
 
