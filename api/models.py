@@ -115,6 +115,27 @@ class MemoryPublic(BaseModel):
     forgotten: bool
     active: bool
     lineage: list[str]
+    classes: list[str] = Field(default_factory=list, description="Asserted and inferred classes")
+    statuses: dict[str, str] = Field(default_factory=dict, description="targetStatus, budgetStatus, ...")
+    conflicts_with: list[str] = Field(default_factory=list)
+    derived: list[Derived] = Field(default_factory=list)
+
+
+class DerivedInput(BaseModel):
+    subject: str
+    predicate: str
+    object: str
+    asserted: bool
+
+
+class Derived(BaseModel):
+    """An inferred fact about the memory, the rule that derived it and from what."""
+
+    predicate: str
+    value: str
+    rule: str | None
+    explanation: str | None
+    inputs: list[DerivedInput]
 
 
 class MemoriesPublic(BaseModel):

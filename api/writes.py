@@ -10,7 +10,7 @@ from fastapi import HTTPException
 
 from api.models import Accepted
 from api.runtime import Runtime
-from projections.graph import Status
+from projections.graph import Status, event_violations
 from schemas.events import InvalidEvent, event_from_json
 
 log = logging.getLogger(__name__)
@@ -20,8 +20,11 @@ async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> 
     """422 for an invalid event, 503 if the log is unreachable, 504 if ``wait`` times out."""
     try:
         event = event_from_json(envelope)
+        violations = event_violations(runtime.stores.knowledge, event, runtime.stores.get(event.tenant))
     except InvalidEvent as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
+    if violations:
+        raise HTTPException(status_code=422, detail="shape violations: " + "; ".join(violations))
     try:
         pos = await runtime.producer.send(event)
     except KafkaError as exc:

@@ -6,15 +6,17 @@ from collections import OrderedDict
 from pathlib import Path
 
 from projections.graph import TenantGraph
+from projections.knowledge import Knowledge, load_knowledge
 from schemas import vocabulary as v
 
 
 class TenantStores:
     """Opens each tenant's graph at most once per process (RocksDB allows one opener)."""
 
-    def __init__(self, root: Path, *, max_open: int = 256) -> None:
+    def __init__(self, root: Path, *, max_open: int = 256, knowledge: Knowledge | None = None) -> None:
         self.root = root
         self.max_open = max_open
+        self.knowledge = knowledge or load_knowledge()
         self._open: OrderedDict[str, TenantGraph] = OrderedDict()
 
     def _path(self, tenant: str) -> Path:
@@ -33,7 +35,7 @@ class TenantStores:
             return graph
         if not create and not self.exists(tenant):
             return None
-        graph = TenantGraph(self._path(tenant))
+        graph = TenantGraph(self._path(tenant), self.knowledge)
         self._open[tenant] = graph
         while len(self._open) > self.max_open:
             _, evicted = self._open.popitem(last=False)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
 from api.deps import CurrentRuntime, TenantId, TenantStore, not_found
 from api.models import Accepted, Kind, MemoriesPublic, MemoryCreate, MemoryPublic, Scope
 from api.writes import produce
+from projections.explain import derived_for_memory, inferred_about
+from projections.graph import TenantGraph, memory_iri
 from projections.read import get_memory, list_memory_ids
 from schemas import vocabulary as v
 
@@ -29,15 +31,39 @@ async def list_memories(
         return MemoriesPublic(data=[], count=0)
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
     page = [get_memory(graph, i) for i in ids[offset : offset + limit]]
-    return MemoriesPublic(data=[MemoryPublic(**m) for m in page if m], count=len(ids))
+    return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=len(ids))
+
+
+STATUS_PREDICATES = ("targetStatus", "budgetStatus", "budgetPercent", "liveRank")
+
+
+def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
+    derived = derived_for_memory(graph, memory["id"])
+    classes = sorted({memory["memory_class"], *(d["value"] for d in derived if d["predicate"] == "type")})
+    return MemoryPublic(
+        **memory,
+        classes=classes,
+        statuses={d["predicate"]: d["value"] for d in derived if d["predicate"] in STATUS_PREDICATES},
+        conflicts_with=sorted(d["value"] for d in derived if d["predicate"] == "conflictsWith"),
+        derived=derived,
+    )
 
 
 @router.get("/{memory_id}", response_model=MemoryPublic)
 async def read_memory(graph: TenantStore, memory_id: str) -> MemoryPublic:
+    """One memory with its derived statuses, each explained by its rule and inputs."""
     found = get_memory(graph, memory_id) if graph is not None else None
-    if found is None:
+    if graph is None or found is None:
         raise not_found(f"memory {memory_id}")
-    return MemoryPublic(**found)
+    return with_derived(graph, found)
+
+
+@router.get("/{memory_id}/derivations")
+async def derivations(graph: TenantStore, memory_id: str) -> dict[str, Any]:
+    """Every inferred fact about a memory with full derivation trees down to asserted facts."""
+    if graph is None or get_memory(graph, memory_id) is None:
+        raise not_found(f"memory {memory_id}")
+    return {"memory_id": memory_id, "inferred": inferred_about(graph, memory_iri(memory_id), depth=4)}
 
 
 @router.post("", response_model=Accepted, status_code=202)

@@ -7,7 +7,7 @@ positive atoms are ordered greedily so that each joins on what is already bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from pyoxigraph import Literal, NamedNode
 
@@ -25,6 +25,7 @@ from projections.rules.syntax import (
 )
 
 Binding = Mapping[str, NamedNode | Literal]
+Seeds = Sequence[Binding]
 
 
 def sparql_term(term: Term) -> str:
@@ -35,11 +36,19 @@ def prefix_block(program: Program) -> str:
     return "".join(f"PREFIX {p}: <{iri}>\n" for p, iri in program.prefixes.items())
 
 
-def values_block(seed: Binding) -> str:
-    if not seed:
+def values_block(seeds: Seeds) -> str:
+    """One VALUES row per seed; every seed binds the same variables."""
+    if not seeds or not seeds[0]:
         return ""
-    names = sorted(seed)
-    return f"VALUES ({' '.join('?' + n for n in names)}) {{ ({' '.join(str(seed[n]) for n in names)}) }}\n"
+    names = sorted(seeds[0])
+    rows = dict.fromkeys(f"({' '.join(str(seed[n]) for n in names)})" for seed in seeds)
+    return f"VALUES ({' '.join('?' + n for n in names)}) {{ {' '.join(rows)} }}\n"
+
+
+def project(seeds: Seeds, keep: Iterable[str]) -> list[Binding]:
+    keep = set(keep)
+    out = {tuple(sorted((k, str(v)) for k, v in s.items() if k in keep)): s for s in seeds}
+    return [{k: v for k, v in s.items() if k in keep} for s in out.values()]
 
 
 def _atom(atom: Atom) -> str:
@@ -92,9 +101,9 @@ def negation_locals(rule: Rule, neg: Negation) -> frozenset[str]:
     return frozenset((inside - outside) | neg.exists)
 
 
-def aggregate_subquery(agg: Aggregate, seed: Binding) -> str:
-    inner_seed = {k: v for k, v in seed.items() if k in agg.group}
-    atoms = order_atoms(list(agg.atoms), set(inner_seed))
+def aggregate_subquery(agg: Aggregate, seeds: Seeds) -> str:
+    inner_seed = project(seeds, agg.group) if seeds and set(agg.group) & set(seeds[0]) else []
+    atoms = order_atoms(list(agg.atoms), set(inner_seed[0]) if inner_seed else set())
     outputs = " ".join(
         f"({o.func}({'DISTINCT ' if o.distinct else ''}{o.expr}) AS ?{o.var})" for o in agg.outputs
     )
@@ -105,7 +114,7 @@ def aggregate_subquery(agg: Aggregate, seed: Binding) -> str:
     return f"{{ SELECT {group} {outputs} WHERE {{ {body} }}{grouping} }}"
 
 
-def where_clause(rule: Rule, seed: Binding, *, skip: object = None, drop_negations: bool = False) -> str:
+def where_clause(rule: Rule, seeds: Seeds, *, skip: object = None, drop_negations: bool = False) -> str:
     """The body as a SPARQL group; ``skip`` leaves one literal out (by identity)."""
     atoms: list[Atom] = []
     binds: list[Bind] = []
@@ -126,12 +135,12 @@ def where_clause(rule: Rule, seed: Binding, *, skip: object = None, drop_negatio
                 if not drop_negations:
                     negs.append(f"FILTER NOT EXISTS {{ {' '.join(_atom(a) for a in lit.atoms)} }}")
             case Aggregate():
-                subqueries.append(aggregate_subquery(lit, seed))
-    parts = [values_block(seed), *subqueries]
-    bound = set(seed)
+                subqueries.append(aggregate_subquery(lit, seeds))
+    parts = [values_block(seeds), *subqueries]
+    bound = set(seeds[0]) if seeds else set()
     # A seeded BIND target is already in scope: check the value instead of binding it.
-    filters += [f"FILTER(?{b.var} = ({b.expr}))" for b in binds if b.var in seed]
-    pending = [b for b in binds if b.var not in seed]
+    filters += [f"FILTER(?{b.var} = ({b.expr}))" for b in binds if b.var in bound]
+    pending = [b for b in binds if b.var not in bound]
     for atom in order_atoms(atoms, bound):
         parts.append(_atom(atom))
         bound |= atom.vars
@@ -144,19 +153,19 @@ def where_clause(rule: Rule, seed: Binding, *, skip: object = None, drop_negatio
     return "\n".join(p for p in parts if p)
 
 
-def select(rule: Rule, seed: Binding, variables: list[str], **options: object) -> str:
+def select(rule: Rule, seeds: Seeds, variables: list[str], **options: object) -> str:
     projected = " ".join(f"?{v}" for v in variables) if variables else "*"
-    return f"SELECT DISTINCT {projected} WHERE {{\n{where_clause(rule, seed, **options)}\n}}"  # type: ignore[arg-type]
+    return f"SELECT DISTINCT {projected} WHERE {{\n{where_clause(rule, seeds, **options)}\n}}"  # type: ignore[arg-type]
 
 
-def ask(rule: Rule, seed: Binding) -> str:
-    return f"ASK {{\n{where_clause(rule, seed)}\n}}"
+def ask(rule: Rule, seeds: Seeds) -> str:
+    return f"ASK {{\n{where_clause(rule, seeds)}\n}}"
 
 
-def group_keys(agg: Aggregate, seed: Binding) -> str:
+def group_keys(agg: Aggregate, seeds: Seeds) -> str:
     """The groups of an aggregate that the seeded atoms touch."""
-    inner = {k: v for k, v in seed.items() if k in set().union(*(a.vars for a in agg.atoms))}
-    atoms = order_atoms(list(agg.atoms), set(inner))
+    inner = project(seeds, set().union(*(a.vars for a in agg.atoms)))
+    atoms = order_atoms(list(agg.atoms), set(inner[0]) if inner else set())
     body = values_block(inner) + " ".join(_atom(a) for a in atoms)
     body += "".join(f" FILTER({f.expr})" for f in agg.filters)
     group = " ".join(f"?{g}" for g in agg.group) or "*"

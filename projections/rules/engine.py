@@ -158,25 +158,30 @@ class RuleEngine:
         self,
         store: Store,
         rule: Rule,
-        seed: Seed,
+        seeds: list[Seed],
         graphs: list[NamedNode],
         stats: UpdateStats | None,
         **options: Any,
     ) -> Iterator[Fact]:
         variables = sorted(set().union(*(h.vars for h in rule.heads)))
-        for row in self._rows(store, sq.select(rule, seed, variables, **options), graphs, stats):
+        for row in self._rows(store, sq.select(rule, seeds, variables, **options), graphs, stats):
             for head in rule.heads:
                 if (fact := instantiate(head, row)) is not None:
                     yield fact
 
     def _group_keys(
-        self, store: Store, agg: Aggregate, seed: Seed, graphs: list[NamedNode], stats: UpdateStats | None
+        self,
+        store: Store,
+        agg: Aggregate,
+        seeds: list[Seed],
+        graphs: list[NamedNode],
+        stats: UpdateStats | None,
     ) -> list[Seed]:
         if not agg.group:
             return [{}]
-        if all(g in seed for g in agg.group):
-            return [{g: seed[g] for g in agg.group}]
-        rows = self._rows(store, sq.group_keys(agg, seed), graphs, stats)
+        if all(all(g in seed for g in agg.group) for seed in seeds):
+            return sq.project(seeds, agg.group)  # type: ignore[return-value]
+        rows = self._rows(store, sq.group_keys(agg, seeds), graphs, stats)
         return [{g: row[g] for g in agg.group} for row in rows]
 
     # -- from scratch ---------------------------------------------------------------------
@@ -190,7 +195,7 @@ class RuleEngine:
             while True:
                 new: set[Fact] = set()
                 for rule in stratum.rules:
-                    for fact in self._heads(store, rule, {}, graphs.new, None):
+                    for fact in self._heads(store, rule, [], graphs.new, None):
                         if fact not in new and not self._in(store, fact, graphs.new):
                             new.add(fact)
                 if not new:
@@ -233,6 +238,16 @@ class RuleEngine:
         stats.seconds = time.monotonic() - started
         return stats
 
+    @staticmethod
+    def _by_trigger(pairs: Iterable[tuple[_Trigger, Seed]]) -> dict[int, tuple[_Trigger, list[Seed]]]:
+        """Seeds grouped per trigger, so one query serves every fact that fired it."""
+        out: dict[int, tuple[_Trigger, list[Seed]]] = {}
+        for trig, seed in pairs:
+            if trig.kind == "neg":
+                seed = {k: v for k, v in seed.items() if k not in trig.locals}
+            out.setdefault(id(trig), (trig, []))[1].append(seed)
+        return out
+
     def _overdelete(
         self,
         store: Store,
@@ -242,43 +257,44 @@ class RuleEngine:
         dels: list[Fact],
         stats: UpdateStats,
     ) -> list[Fact]:
-        queue: list[tuple[_Trigger, Seed]] = []
+        pending: list[tuple[_Trigger, Seed]] = []
         for fact in dels:
-            queue += stratum.matches(fact, ("pos", "agg"))
+            pending += stratum.matches(fact, ("pos", "agg"))
         for fact in adds:
-            queue += stratum.matches(fact, ("neg", "agg"))
+            pending += stratum.matches(fact, ("neg", "agg"))
         gone: list[Fact] = []
         seen: set[Fact] = set()
-        while queue:
-            trig, seed = queue.pop()
-            for fact in self._candidates(store, graphs, trig, seed, stats):
-                q = Quad(fact.subject, fact.predicate, fact.object, graphs.inferred)
-                if fact in seen or q not in store:
-                    continue
-                seen.add(fact)
-                store.remove(q)
-                store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.removed))
-                gone.append(fact)
-                stats.removed += 1
-                queue += stratum.matches(fact, ("pos", "agg"))
+        while pending:
+            rounds, pending = self._by_trigger(pending), []
+            for trig, seeds in rounds.values():
+                for fact in list(self._candidates(store, graphs, trig, seeds, stats)):
+                    q = Quad(fact.subject, fact.predicate, fact.object, graphs.inferred)
+                    if fact in seen or q not in store:
+                        continue
+                    seen.add(fact)
+                    store.remove(q)
+                    store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.removed))
+                    gone.append(fact)
+                    stats.removed += 1
+                    pending += stratum.matches(fact, ("pos", "agg"))
         return gone
 
     def _candidates(
-        self, store: Store, graphs: Graphs, trig: _Trigger, seed: Seed, stats: UpdateStats
+        self, store: Store, graphs: Graphs, trig: _Trigger, seeds: list[Seed], stats: UpdateStats
     ) -> Iterator[Fact]:
-        """Inferred facts whose derivation may have used the triggering fact (an over-estimate)."""
+        """Inferred facts whose derivation may have used the triggering facts (an over-estimate)."""
         rule = trig.rule
         if trig.kind == "agg":
             assert isinstance(trig.literal, Aggregate)
-            for key in self._group_keys(store, trig.literal, seed, graphs.union, stats):
+            for key in self._group_keys(store, trig.literal, seeds, graphs.union, stats):
                 for head in rule.heads:
                     pattern = [key.get(t.name) if isinstance(t, Var) else t for t in head.terms]
                     for q in store.quads_for_pattern(*pattern, graphs.inferred):
                         yield Triple(q.subject, q.predicate, q.object)
             return
-        if trig.kind == "neg":
-            seed = {k: v for k, v in seed.items() if k not in trig.locals}
-        yield from self._heads(store, rule, seed, graphs.union, stats, skip=trig.literal, drop_negations=True)
+        yield from self._heads(
+            store, rule, seeds, graphs.union, stats, skip=trig.literal, drop_negations=True
+        )
 
     def _rederive(
         self, store: Store, graphs: Graphs, strata: list[_Stratum], candidates: list[Fact], stats: UpdateStats
@@ -303,7 +319,7 @@ class RuleEngine:
             seed = unify(head, fact)
             if seed is None:
                 continue
-            result = self._rows(store, sq.ask(rule, seed), graphs.new, stats)
+            result = self._rows(store, sq.ask(rule, [seed]), graphs.new, stats)
             if isinstance(result, QueryBoolean) and bool(result):
                 return True
         return False
@@ -317,33 +333,33 @@ class RuleEngine:
         dels: list[Fact],
         stats: UpdateStats,
     ) -> None:
-        queue: list[tuple[_Trigger, Seed]] = []
+        pending: list[tuple[_Trigger, Seed]] = []
         for fact in adds:
-            queue += stratum.matches(fact, ("pos", "agg"))
+            pending += stratum.matches(fact, ("pos", "agg"))
         for fact in dels:
-            queue += stratum.matches(fact, ("neg", "agg"))
-        while queue:
-            trig, seed = queue.pop()
-            for fact in self._derived(store, graphs, trig, seed, stats):
-                if self._in(store, fact, graphs.new):
-                    continue
-                store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
-                adds.append(fact)
-                stats.added += 1
-                queue += stratum.matches(fact, ("pos", "agg"))
+            pending += stratum.matches(fact, ("neg", "agg"))
+        while pending:
+            rounds, pending = self._by_trigger(pending), []
+            for trig, seeds in rounds.values():
+                for fact in list(self._derived(store, graphs, trig, seeds, stats)):
+                    if self._in(store, fact, graphs.new):
+                        continue
+                    store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
+                    adds.append(fact)
+                    stats.added += 1
+                    pending += stratum.matches(fact, ("pos", "agg"))
 
     def _derived(
-        self, store: Store, graphs: Graphs, trig: _Trigger, seed: Seed, stats: UpdateStats
+        self, store: Store, graphs: Graphs, trig: _Trigger, seeds: list[Seed], stats: UpdateStats
     ) -> Iterator[Fact]:
         rule = trig.rule
         if trig.kind == "agg":
             assert isinstance(trig.literal, Aggregate)
-            for key in self._group_keys(store, trig.literal, seed, graphs.union, stats):
-                yield from self._heads(store, rule, key, graphs.new, stats)
+            keys = self._group_keys(store, trig.literal, seeds, graphs.union, stats)
+            if keys:
+                yield from self._heads(store, rule, keys, graphs.new, stats)
             return
-        if trig.kind == "neg":
-            seed = {k: v for k, v in seed.items() if k not in trig.locals}
-        yield from self._heads(store, rule, seed, graphs.new, stats)
+        yield from self._heads(store, rule, seeds, graphs.new, stats)
 
     # -- explanations ---------------------------------------------------------------------
     def explain(self, store: Store, graphs: Graphs, fact: Fact, *, depth: int = 4) -> list[dict[str, Any]]:
@@ -354,7 +370,7 @@ class RuleEngine:
                 seed = unify(head, fact)
                 if seed is None:
                     continue
-                query = f"SELECT * WHERE {{\n{sq.where_clause(rule, seed)}\n}} LIMIT 1"
+                query = f"SELECT * WHERE {{\n{sq.where_clause(rule, [seed])}\n}} LIMIT 1"
                 result = self._rows(store, query, graphs.new, None)
                 names = [v.value for v in result.variables]
                 for row in result:
