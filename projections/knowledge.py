@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from projections.ontology import SHAPES_FILE, Ontology, load_ontology
+from projections.ontology import Ontology, load_ontology
 from projections.rules.engine import RuleEngine
 from projections.rules.syntax import load_rules
 from projections.shapes import Shapes, load_shapes
@@ -34,10 +34,9 @@ def load_knowledge(
     ontology_dir: Path = DEFAULT_ONTOLOGY_DIR, rules_dir: Path = DEFAULT_RULES_DIR
 ) -> Knowledge:
     ontology = load_ontology(ontology_dir)
-    shapes = load_shapes(ontology_dir / SHAPES_FILE)
+    shapes = load_shapes(ontology_dir)
     program = load_rules(rules_dir)
     digest = hashlib.sha256(ontology.digest.encode())
     for path in sorted(rules_dir.glob("*.dlog")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update((ontology_dir / SHAPES_FILE).read_bytes())
     return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest())

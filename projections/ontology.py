@@ -41,15 +41,17 @@ def _closure(edges: dict[str, set[str]]) -> dict[str, frozenset[str]]:
 
 
 def load_ontology(directory: Path) -> Ontology:
-    """Every ``*.ttl`` of ``directory`` except the shapes, in name order."""
+    """Every ``*.ttl`` of ``directory`` except shapes.ttl, in name order (its digest covers all)."""
     files = sorted(p for p in directory.glob("*.ttl") if p.name != SHAPES_FILE)
     if not files:
         raise FileNotFoundError(f"no ontology (*.ttl) in {directory}")
     triples: list[Triple] = []
     digest = hashlib.sha256()
-    for path in files:
+    for path in sorted(directory.glob("*.ttl")):
         data = path.read_bytes()
         digest.update(path.name.encode() + b"\0" + data)
+        if path.name == SHAPES_FILE:
+            continue
         try:
             triples += [q.triple for q in parse(data, format=RdfFormat.TURTLE)]
         except SyntaxError as exc:

@@ -63,16 +63,15 @@ def list_memory_ids(
     if memory_class is not None:
         patterns.append("?m a ?cls .")
         subs[Variable("cls")] = NamedNode(v.class_iri(memory_class))
-    inactive = "{ ?m e:supersededBy ?by } UNION { ?m e:forgotten true }"
     if active is True:
-        patterns.append(f"FILTER NOT EXISTS {{ {inactive} }}")
+        patterns.append("?m a e:ActiveMemory .")
     elif active is False:
-        patterns.append(f"FILTER EXISTS {{ {inactive} }}")
+        patterns.append("FILTER NOT EXISTS { ?m a e:ActiveMemory }")
     # oxigraph substitutes only projected variables, so the filters are projected too
     projected = " ".join(["?id", *(f"?{var.value}" for var in subs)])
-    where = f"GRAPH <{v.GRAPH_ASSERTED}> {{ {' '.join(patterns)} }}"
-    query = f"SELECT {projected} WHERE {{ {where} }} ORDER BY DESC(?at) ?id"
-    rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs)
+    query = f"SELECT {projected} WHERE {{ {' '.join(patterns)} }} ORDER BY DESC(?at) ?id"
+    # classes and activity are read from asserted and inferred facts together
+    rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs, default_graph=[ASSERTED, INFERRED])
     return [row["id"].value for row in rows]  # type: ignore[union-attr]
 
 

@@ -230,12 +230,14 @@ def _compile_property(store: Store, node: Term, where: str) -> PropertyShape:
     )
 
 
-def load_shapes(path: Path) -> Shapes:
+def load_shapes(directory: Path) -> Shapes:
+    """Every sh:NodeShape declared in any Turtle file of ``directory``."""
     store = Store()
-    store.load(path=str(path), format=RdfFormat.TURTLE)
+    for path in sorted(directory.glob("*.ttl")):
+        store.load(path=str(path), format=RdfFormat.TURTLE)
     shapes = []
     for q in store.quads_for_pattern(None, NamedNode(RDF_TYPE), NamedNode(SH + "NodeShape")):
-        where = f"{path.name} {_local(str(q.subject.value))}"
+        where = _local(str(q.subject.value))
         props = _props(store, q.subject, NODE_KEYS, where)
         target = _one(props, "targetClass")
         if not isinstance(target, NamedNode):
