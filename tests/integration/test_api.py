@@ -225,3 +225,55 @@ def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(
         time.sleep(0.2)
     assert r.status_code == 200, "the good event after the poison was not applied"
     assert server.proc is not None and server.proc.poll() is None
+
+
+def test_derived_status_follows_the_live_kpi_through_the_api(server: Server) -> None:
+    r = remember(
+        server,
+        "acme",
+        memory_id="roas",
+        label="ROAS target",
+        kind="objective",
+        importance=5,
+        memory_class="PerformanceTargetMemory",
+        properties={"metric": "roas", "goal": 3.0},
+    )
+    assert r.status_code == 202, r.text
+    for value, status in ((2.7, "below"), (3.2, "met")):
+        k = httpx.post(
+            f"{server.url}/v1/tenants/acme/kpis",
+            params={"wait": "true"},
+            timeout=40,
+            json={**WHO, "source": "pipeline", "metric": "roas", "value": value, "period": "2026-12"},
+        )
+        assert k.status_code == 202, k.text
+        got = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas").json()
+        assert got["statuses"]["targetStatus"] == status
+        derived = next(d for d in got["derived"] if d["predicate"] == "targetStatus")
+        assert derived["rule"].startswith("targets.dlog:")
+        assert f"roas is {value:g}" in derived["explanation"]
+        kpi_input = next(i for i in derived["inputs"] if i["predicate"] == "value")
+        assert kpi_input == {
+            "subject": "urn:engram:kpi:roas",
+            "predicate": "value",
+            "object": f"{value:g}",
+            "asserted": True,
+        }
+    assert {"ActiveMemory", "PerformanceTargetMemory", "MarketingMemory", "Memory"} <= set(got["classes"])
+    trees = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas/derivations").json()
+    assert any(i["predicate"] == "targetStatus" for i in trees["inferred"])
+
+
+def test_shape_violations_are_422_before_anything_is_produced(server: Server) -> None:
+    r = remember(
+        server,
+        "acme",
+        memory_id="cap",
+        memory_class="BudgetConstraintMemory",
+        properties={"platform": "meta"},
+    )
+    assert r.status_code == 422
+    assert ":amount is required" in r.json()["detail"]
+    r = remember(server, "acme", memory_class="GhostMemory")
+    assert r.status_code == 422 and "unknown class :GhostMemory" in r.text
+    assert httpx.get(f"{server.url}/v1/tenants/acme/memories").json()["count"] == 0
