@@ -379,8 +379,7 @@ class TenantGraph:
     def rematerialize(self) -> int:
         """Reload the ontology and recompute every inferred fact from the asserted ones."""
         k = self.knowledge
-        if ONTOLOGY in set(self.store.named_graphs()):
-            self.store.remove_graph(ONTOLOGY)
+        self.store.remove_graph(ONTOLOGY)
         self.store.extend(k.ontology.quads(ONTOLOGY))
         count = k.engine.materialize(self.store, GRAPHS)
         cp = self.checkpoint()

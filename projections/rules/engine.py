@@ -27,7 +27,7 @@ from typing import Any
 from pyoxigraph import Literal, NamedNode, Quad, QueryBoolean, Store, Triple
 
 from projections.rules import compile as sq
-from projections.rules.stratify import body_atoms, stratify
+from projections.rules.stratify import body_atoms, stratify, unifiable
 from projections.rules.syntax import Aggregate, Atom, Negation, Program, Rule, Var
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,13 @@ class _Stratum:
     rules: list[Rule]
     triggers: dict[str | None, list[_Trigger]] = field(default_factory=dict)
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
+
+    @property
+    def recursive(self) -> bool:
+        """Whether a rule here reads what a rule here produces (else one pass reaches the fixpoint)."""
+        return any(
+            unifiable(head, atom) for _, head in self.heads for rule in self.rules for atom, _ in body_atoms(rule)
+        )
 
     def matches(self, fact: Fact, kinds: tuple[str, ...]) -> Iterator[tuple[_Trigger, Seed]]:
         for key in (fact.predicate.value, None):
@@ -188,8 +195,7 @@ class RuleEngine:
     def materialize(self, store: Store, graphs: Graphs) -> int:
         """Recompute every inferred fact into ``graphs.inferred`` from the base facts alone."""
         started = time.monotonic()
-        if graphs.inferred in set(store.named_graphs()):
-            store.remove_graph(graphs.inferred)
+        store.remove_graph(graphs.inferred)  # a no-op when absent; named_graphs() would scan the store
         total = 0
         for stratum in self.strata:
             while True:
@@ -202,6 +208,8 @@ class RuleEngine:
                     break
                 store.extend(Quad(f.subject, f.predicate, f.object, graphs.inferred) for f in new)
                 total += len(new)
+                if not stratum.recursive:
+                    break
         log.debug("materialised %d facts in %.3fs", total, time.monotonic() - started)
         return total
 
@@ -233,8 +241,7 @@ class RuleEngine:
                 dels = [f for f in dict.fromkeys(dels + overdeleted) if not self._in(store, f, graphs.new)]
                 self._insert(store, graphs, stratum, adds, dels, stats)
         finally:
-            if scratch in set(store.named_graphs()):
-                store.remove_graph(scratch)
+            store.remove_graph(scratch)
         stats.seconds = time.monotonic() - started
         return stats
 
