@@ -7,7 +7,9 @@ COPY schemas schemas
 COPY streams streams
 COPY projections projections
 COPY api api
+COPY ontology ontology
+COPY rules rules
 RUN pip install --no-cache-dir .
-ENV ENGRAM_API_HOST=0.0.0.0 ENGRAM_DATA_DIR=/data
+ENV ENGRAM_API_HOST=0.0.0.0 ENGRAM_DATA_DIR=/data ENGRAM_ONTOLOGY_DIR=/app/ontology ENGRAM_RULES_DIR=/app/rules
 EXPOSE 8000
 CMD ["engram", "serve"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import faust
 
 from engram.settings import Settings
+from projections.knowledge import load_knowledge
 from projections.progress import Progress
 from projections.stores import TenantStores
 from streams.lag import LagMonitor
@@ -34,7 +35,8 @@ class Runtime:
 async def running(settings: Settings) -> AsyncIterator[Runtime]:
     """Start producer, projector (Faust, in this event loop) and lag monitor; stop them after."""
     await ensure_topics(settings)
-    stores = TenantStores(settings.tenants_dir, max_open=settings.max_open_stores)
+    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    stores = TenantStores(settings.tenants_dir, max_open=settings.max_open_stores, knowledge=knowledge)
     progress = Progress()
     runtime = Runtime(
         settings=settings,

@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 class Settings(BaseSettings):
     """Every knob engram reads. The README's configuration table mirrors this class."""
@@ -21,6 +23,8 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(
         Path.home() / ".cache" / "engram", description="Kafka jars fetched from Maven Central."
     )
+    ontology_dir: Path = Field(REPO / "ontology", description="Turtle ontology and SHACL shapes.")
+    rules_dir: Path = Field(REPO / "rules", description="Datalog rules (*.dlog).")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
     kafka_version: str = Field("4.1.1", description="Apache Kafka version of the local broker.")
     kafka_controller_port: int = Field(9093, description="KRaft controller port (local broker).")

@@ -15,6 +15,7 @@ from aiokafka.partitioner import murmur2
 
 from engram.settings import Settings
 from projections.graph import TenantGraph
+from projections.knowledge import load_knowledge
 from projections.stores import TenantStores
 from schemas.events import Position
 from streams.projector import Headers, Record, handle_record
@@ -33,7 +34,8 @@ async def replay_tenant(
 ) -> TenantGraph:
     """Replay ``tenant``'s events (appended at or before ``as_of_ms``) into a store in ``root``."""
     partitions = await partition_count(settings, settings.events_topic)
-    stores = TenantStores(root)
+    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    stores = TenantStores(root, knowledge=knowledge)
     graph = stores.get(tenant, create=True)
     assert graph is not None
     consumer = AIOKafkaConsumer(

@@ -80,9 +80,8 @@ class _Stratum:
     @property
     def recursive(self) -> bool:
         """Whether a rule here reads what a rule here produces (else one pass reaches the fixpoint)."""
-        return any(
-            unifiable(head, atom) for _, head in self.heads for rule in self.rules for atom, _ in body_atoms(rule)
-        )
+        atoms = [atom for rule in self.rules for atom, _ in body_atoms(rule)]
+        return any(unifiable(head, atom) for _, head in self.heads for atom in atoms)
 
     def matches(self, fact: Fact, kinds: tuple[str, ...]) -> Iterator[tuple[_Trigger, Seed]]:
         for key in (fact.predicate.value, None):

@@ -82,7 +82,8 @@ def test_compiled_shapes_agree_with_pyshacl(node: tuple[str, dict[str, list[Any]
 def test_unsupported_shacl_is_refused(tmp_path: Any) -> None:
     (tmp_path / "shapes.ttl").write_text(
         "@prefix sh: <http://www.w3.org/ns/shacl#> . @prefix : <https://engram.dev/ns#> .\n"
-        ":S a sh:NodeShape ; sh:targetClass :Memory ; sh:property [ sh:path :label ; sh:qualifiedMinCount 1 ] ."
+        ":S a sh:NodeShape ; sh:targetClass :Memory ;\n"
+        "  sh:property [ sh:path :label ; sh:qualifiedMinCount 1 ] ."
     )
     try:
         load_shapes(tmp_path)
