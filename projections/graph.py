@@ -278,7 +278,7 @@ def _nt(quads: Iterable[Quad]) -> str:
     return " ".join(f"GRAPH {g} {{ {' '.join(ts)} }}" for g, ts in by_graph.items())
 
 
-class _NoFacts:
+class NoFacts:
     """The state before a tenant's first event: a remember is validated against it at the edge."""
 
     def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
@@ -306,7 +306,7 @@ def event_violations(knowledge: Knowledge, event: Event, state: GraphState | Non
     """Shape violations of the memory an event creates or revises (empty for other events)."""
     if event.type not in ("MemoryRemembered", "MemoryRevised"):
         return []
-    state = state or _NoFacts()
+    state = state or NoFacts()
     delta = plan(event, Position(0, 0), state)
     return node_violations(knowledge, delta, state, memory_iri(event.payload["memory_id"]))
 

@@ -161,6 +161,24 @@ async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, byte
         (b"other", codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))),
         (b"acme", codec.encode(bad_domain)),
         (b"acme", codec.encode(event("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}))),
+        (
+            b"acme",
+            codec.encode(
+                event(
+                    "MemoryRemembered",
+                    {
+                        "memory_id": "nogoal",
+                        "label": "l",
+                        "content": "c",
+                        "kind": "objective",
+                        "scope": "company",
+                        "importance": 3,
+                        "memory_class": "PerformanceTargetMemory",
+                        "properties": {"metric": "roas"},
+                    },
+                )
+            ),
+        ),
     ]
     good = event(
         "MemoryRemembered",
@@ -216,6 +234,7 @@ def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(
     assert "differs from record key" in reasons[2]
     assert "importance must be an integer 1-5" in reasons[3]
     assert "unknown memory ghost" in reasons[4]
+    assert "shape violations: :PerformanceTargetMemory: :goal is required" in reasons[5]
     assert all(h["original-topic"] == settings.events_topic.encode() for _, _, h in got)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -262,6 +281,12 @@ def test_derived_status_follows_the_live_kpi_through_the_api(server: Server) -> 
     assert {"ActiveMemory", "PerformanceTargetMemory", "MarketingMemory", "Memory"} <= set(got["classes"])
     trees = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas/derivations").json()
     assert any(i["predicate"] == "targetStatus" for i in trees["inferred"])
+    cls = "https://engram.dev/ns#PerformanceTargetMemory"
+    about = httpx.get(f"{server.url}/v1/tenants/acme/graph/inferred", params={"subject": cls}).json()
+    closure = next(i for i in about["inferred"] if i["value"] == "Memory")
+    assert closure["derivations"][0]["rule"].startswith("subclass.dlog:")
+    bad = httpx.get(f"{server.url}/v1/tenants/acme/graph/inferred", params={"subject": "not an iri"})
+    assert bad.status_code == 422
 
 
 def test_shape_violations_are_422_before_anything_is_produced(server: Server) -> None:
