@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 from pathlib import Path
 
@@ -35,7 +36,11 @@ class TenantStores:
             return graph
         if not create and not self.exists(tenant):
             return None
-        graph = TenantGraph(self._path(tenant), self.knowledge)
+        try:
+            graph = TenantGraph(self._path(tenant), self.knowledge)
+        except OSError:
+            gc.collect()  # an evicted handle may still hold the RocksDB lock until collected
+            graph = TenantGraph(self._path(tenant), self.knowledge)
         self._open[tenant] = graph
         while len(self._open) > self.max_open:
             _, evicted = self._open.popitem(last=False)

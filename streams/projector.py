@@ -8,6 +8,8 @@ dead-letter topic with its reason and the stream goes on.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -77,6 +79,38 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
     return Result(tenant, outcome)
 
 
+MAX_ATTEMPTS = 5
+
+
+async def handle_with_retries(record: Record, stores: TenantStores, sink: DeadLetterSink) -> Result:
+    """An unexpected error (disk, lock, a bug) is retried with backoff before the record is given
+    up on: dead-lettered with the error, and the tenant's position moved past it."""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return await handle_record(record, stores, sink)
+        except Exception as exc:
+            pos = record.position
+            if attempt < MAX_ATTEMPTS:
+                log.warning(
+                    "projection failed at %d:%d (attempt %d): %s; retrying",
+                    pos.partition,
+                    pos.offset,
+                    attempt,
+                    exc,
+                )
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+                continue
+            log.exception("projection failed at %d:%d; dead-lettering", pos.partition, pos.offset)
+            reason = f"projection error after {attempt} attempts: {type(exc).__name__}: {exc}"
+            await sink(record.key, record.value, record.headers, reason)
+            tenant = (record.key or b"").decode("utf-8", "replace")
+            with contextlib.suppress(Exception):
+                if v.TENANT_RE.match(tenant) and (graph := stores.get(tenant)) is not None:
+                    graph.reject(pos)
+            return Result(None, Outcome(Status.REJECTED, reason))
+    raise AssertionError("unreachable")
+
+
 def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> faust.App:
     """The projector: one agent over the events topic, dead letters as a topic of their own."""
     app = faust.App(
@@ -131,13 +165,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
             ) -> None:
                 await send_dead_letter(key, value, headers, reason, origin=_pos)
 
-            try:
-                result = await handle_record(record, stores, sink)
-            except Exception as exc:  # the agent never dies on one record
-                log.exception("projection failed at %d:%d", position.partition, position.offset)
-                reason = f"projection error: {type(exc).__name__}: {exc}"
-                await sink(record.key, record.value, record.headers, reason)
-                result = Result(None, Outcome(Status.REJECTED, reason))
+            result = await handle_with_retries(record, stores, sink)
             progress.record(result.tenant, position.partition, position.offset, result.outcome)
 
     return app
