@@ -114,8 +114,33 @@ def aggregate_subquery(agg: Aggregate, seeds: Seeds) -> str:
     return f"{{ SELECT {group} {outputs} WHERE {{ {body} }}{grouping} }}"
 
 
-def where_clause(rule: Rule, seeds: Seeds, *, skip: object = None, drop_negations: bool = False) -> str:
-    """The body as a SPARQL group; ``skip`` leaves one literal out (by identity)."""
+BodyCache = dict[tuple[int, int, frozenset[str], bool], str]
+
+
+def where_clause(
+    rule: Rule,
+    seeds: Seeds,
+    *,
+    skip: object = None,
+    drop_negations: bool = False,
+    cache: BodyCache | None = None,
+) -> str:
+    """The body as a SPARQL group; ``skip`` leaves one literal out (by identity).
+
+    A body depends only on the rule, the literal left out and which variables are seeded, so a
+    caller that keeps its rules alive (the engine) passes a ``cache`` keyed by their ids.
+    """
+    bound = frozenset(seeds[0]) if seeds else frozenset()
+    if cache is None or any(isinstance(lit, Aggregate) for lit in rule.body):  # subqueries carry seeds
+        return _body(rule, bound, skip, drop_negations, seeds)
+    key = (id(rule), id(skip), bound, drop_negations)
+    body = cache.get(key)
+    if body is None:
+        body = cache[key] = _body(rule, bound, skip, drop_negations, ())
+    return values_block(seeds) + body
+
+
+def _body(rule: Rule, seeded: frozenset[str], skip: object, drop_negations: bool, seeds: Seeds) -> str:
     atoms: list[Atom] = []
     binds: list[Bind] = []
     filters: list[str] = []
@@ -136,8 +161,8 @@ def where_clause(rule: Rule, seeds: Seeds, *, skip: object = None, drop_negation
                     negs.append(f"FILTER NOT EXISTS {{ {' '.join(_atom(a) for a in lit.atoms)} }}")
             case Aggregate():
                 subqueries.append(aggregate_subquery(lit, seeds))
-    parts = [values_block(seeds), *subqueries]
-    bound = set(seeds[0]) if seeds else set()
+    parts = [values_block(seeds) if seeds else "", *subqueries]
+    bound = set(seeded)
     # A seeded BIND target is already in scope: check the value instead of binding it.
     filters += [f"FILTER(?{b.var} = ({b.expr}))" for b in binds if b.var in bound]
     pending = [b for b in binds if b.var not in bound]
@@ -158,8 +183,8 @@ def select(rule: Rule, seeds: Seeds, variables: list[str], **options: object) ->
     return f"SELECT DISTINCT {projected} WHERE {{\n{where_clause(rule, seeds, **options)}\n}}"  # type: ignore[arg-type]
 
 
-def ask(rule: Rule, seeds: Seeds) -> str:
-    return f"ASK {{\n{where_clause(rule, seeds)}\n}}"
+def ask(rule: Rule, seeds: Seeds, cache: BodyCache | None = None) -> str:
+    return f"ASK {{\n{where_clause(rule, seeds, cache=cache)}\n}}"
 
 
 def group_keys(agg: Aggregate, seeds: Seeds) -> str:

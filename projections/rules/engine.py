@@ -125,6 +125,7 @@ class RuleEngine:
         self.program = program
         self.prefixes = dict(program.prefixes)
         self.strata = [self._index(rules) for rules in stratify(program.rules)]
+        self._bodies: sq.BodyCache = {}
 
     @staticmethod
     def _index(rules: list[Rule]) -> _Stratum:
@@ -170,7 +171,8 @@ class RuleEngine:
         **options: Any,
     ) -> Iterator[Fact]:
         variables = sorted(set().union(*(h.vars for h in rule.heads)))
-        for row in self._rows(store, sq.select(rule, seeds, variables, **options), graphs, stats):
+        query = sq.select(rule, seeds, variables, cache=self._bodies, **options)
+        for row in self._rows(store, query, graphs, stats):
             for head in rule.heads:
                 if (fact := instantiate(head, row)) is not None:
                     yield fact
@@ -325,7 +327,7 @@ class RuleEngine:
             seed = unify(head, fact)
             if seed is None:
                 continue
-            result = self._rows(store, sq.ask(rule, [seed]), graphs.new, stats)
+            result = self._rows(store, sq.ask(rule, [seed], self._bodies), graphs.new, stats)
             if isinstance(result, QueryBoolean) and bool(result):
                 return True
         return False
