@@ -73,7 +73,7 @@ class Server:
     def readyz(self) -> dict:
         return httpx.get(f"{self.url}/readyz", timeout=10).json()  # type: ignore[no-any-return]
 
-    def wait_ready(self, timeout: float = 90.0) -> dict:
+    def wait_ready(self, timeout: float = 90.0, interval: float = 0.05) -> dict:
         """Block until /readyz says the projector has caught up; return its body."""
         deadline = time.monotonic() + timeout
         last: object = None
@@ -87,7 +87,7 @@ class Server:
                     return last  # type: ignore[return-value]
             except httpx.HTTPError as exc:
                 last = exc
-            time.sleep(0.05)
+            time.sleep(interval)
         raise TimeoutError(f"not ready in {timeout}s: {last}; log: {self.log_path.read_text()[-3000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:

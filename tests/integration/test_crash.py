@@ -67,7 +67,9 @@ def count(server: Server, tenant: str, **params: str) -> int:
     return int(r.json()["count"])
 
 
-def test_kill_9_mid_stream_loses_and_doubles_nothing(broker: Settings, tmp_path: Path) -> None:
+def test_kill_9_mid_stream_loses_and_doubles_nothing(
+    broker: Settings, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     settings = isolated_settings(broker, tmp_path / "data", partitions=12)
     rng = random.Random(20261202)
     streams, models = {}, {}
@@ -78,6 +80,7 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(broker: Settings, tmp_path:
     assert len(events) == TENANTS * PER_TENANT
 
     server = Server(settings, tmp_path / "server.log").start()
+    request.addfinalizer(server.stop)  # a failed assertion must not leave a worker running
     server.wait_ready()
     feeder = Feeder(settings, events)
     feeder.start()
@@ -94,10 +97,10 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(broker: Settings, tmp_path:
     assert 0 < applied_at_kill < len(events) // 2, f"the kill did not land mid-stream ({applied_at_kill})"
 
     restarted = Server(settings, tmp_path / "server.log").start()
-    ready = restarted.wait_ready(timeout=180)
-    # Records handled before the kill but not yet committed came again and were skipped.
-    assert ready["handled"].get("skipped", 0) > 0, ready
     try:
+        ready = restarted.wait_ready(timeout=180)
+        # Records handled before the kill but not yet committed came again and were skipped.
+        assert ready["handled"].get("skipped", 0) > 0, ready
         for tenant, model in models.items():
             live = httpx.get(f"{restarted.url}/v1/tenants/{tenant}/graph", timeout=30).text
             handled = re.search(r'<urn:engram:projection> <https://engram.dev/ns#handled> "(\d+)"', live)
