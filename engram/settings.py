@@ -6,6 +6,7 @@ broker, topic prefix and data directory.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from pydantic import Field
@@ -32,7 +33,9 @@ class Settings(BaseSettings):
     topic_prefix: str = Field("engram", description="Prefix of every topic name.")
     events_partitions: int = Field(12, ge=1, description="Partitions of the events topic.")
     topic_replication: int = Field(1, ge=1, description="Replication factor of created topics.")
-    consumer_group: str = Field("engram-projector", description="Faust app id / consumer group.")
+    consumer_group: str = Field(
+        "engram-projector", description="Prefix of the projector's consumer group (see projector_group)."
+    )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
     api_port: int = Field(8000, description="Port the HTTP API binds.")
     wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
@@ -54,6 +57,18 @@ class Settings(BaseSettings):
     @property
     def tenants_dir(self) -> Path:
         return self.data_dir / "tenants"
+
+    def projector_group(self) -> str:
+        """The projector's consumer group: the prefix plus the id of this data directory.
+
+        Committed offsets belong to the stores they were committed for, so a new (or wiped) data
+        directory gets a group of its own and replays the log from the start.
+        """
+        marker = self.data_dir / "instance-id"
+        if not marker.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            marker.write_text(uuid.uuid4().hex[:12])
+        return f"{self.consumer_group}-{marker.read_text().strip()}"
 
 
 def load_settings(**overrides: object) -> Settings:

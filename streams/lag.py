@@ -13,6 +13,7 @@ class LagMonitor:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.group = settings.projector_group()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None)
         self._admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
 
@@ -33,7 +34,7 @@ class LagMonitor:
             raise RuntimeError(f"topic {topic} does not exist")
         tps = [TopicPartition(topic, p) for p in parts]
         ends = await self._consumer.end_offsets(tps)
-        committed = await self._admin.list_consumer_group_offsets(self.settings.consumer_group)
+        committed = await self._admin.list_consumer_group_offsets(self.group)
         lag = {}
         for tp in tps:
             done = committed.get(tp)

@@ -114,7 +114,7 @@ async def handle_with_retries(record: Record, stores: TenantStores, sink: DeadLe
 def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> faust.App:
     """The projector: one agent over the events topic, dead letters as a topic of their own."""
     app = faust.App(
-        settings.consumer_group,
+        settings.projector_group(),
         broker=f"kafka://{settings.kafka_bootstrap}",
         web_enabled=False,
         store="memory://",

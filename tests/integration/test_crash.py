@@ -114,3 +114,34 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
             assert live == from_scratch, f"{tenant}: live graph differs from its replay"
     finally:
         restarted.stop()
+
+
+def test_a_new_data_directory_rebuilds_every_tenant_from_the_log(broker: Settings, tmp_path: Path) -> None:
+    first = isolated_settings(broker, tmp_path / "one")
+    server = Server(first, tmp_path / "one.log").start()
+    try:
+        server.wait_ready()
+        body = {
+            "source": "operator",
+            "actor": {"id": "dana", "role": "operator"},
+            "label": "L",
+            "content": "C",
+            "kind": "fact",
+            "importance": 3,
+            "memory_id": "kept",
+        }
+        r = httpx.post(
+            f"{server.url}/v1/tenants/acme/memories", params={"wait": "true"}, json=body, timeout=40
+        )
+        assert r.status_code == 202, r.text
+        before = httpx.get(f"{server.url}/v1/tenants/acme/graph").text
+    finally:
+        server.stop()
+    second = first.model_copy(update={"data_dir": tmp_path / "two"})
+    again = Server(second, tmp_path / "two.log").start()
+    try:
+        again.wait_ready()
+        assert httpx.get(f"{again.url}/v1/tenants/acme/memories/kept").status_code == 200
+        assert httpx.get(f"{again.url}/v1/tenants/acme/graph").text == before
+    finally:
+        again.stop()
