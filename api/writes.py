@@ -27,6 +27,8 @@ async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> 
         raise HTTPException(status_code=422, detail="shape violations: " + "; ".join(violations))
     try:
         pos = await runtime.producer.send(event)
+    except InvalidEvent as exc:  # the Avro schema refused it
+        raise HTTPException(status_code=422, detail=str(exc)) from exc
     except KafkaError as exc:
         log.error("append failed: %s", exc)
         raise HTTPException(status_code=503, detail=f"the event log is unavailable: {exc}") from exc

@@ -379,6 +379,9 @@ class TenantGraph:
     def rematerialize(self) -> int:
         """Reload the ontology and recompute every inferred fact from the asserted ones."""
         k = self.knowledge
+        self._set_meta("knowledgeDigest", None)  # a crash part-way leaves the store marked stale
+        self._set_meta("inferredOffset", None)
+        self.store.remove_graph(REMOVED)
         self.store.remove_graph(ONTOLOGY)
         self.store.extend(k.ontology.quads(ONTOLOGY))
         count = k.engine.materialize(self.store, GRAPHS)
@@ -420,7 +423,14 @@ class TenantGraph:
         return Outcome(Status.REJECTED)
 
     def commit(self, delta: Delta, position: Position) -> None:
-        """Asserted delta + checkpoint in one transaction, then the rules catch up."""
+        """Asserted delta + checkpoint in one transaction, then the rules catch up.
+
+        The incremental update is only sound from an inferred graph that was current at the
+        previous checkpoint; otherwise (an earlier update failed) or if it fails now, the
+        inferred graph is recomputed from scratch before the new offset is recorded.
+        """
+        previous = self.checkpoint()
+        current = self._meta("inferredOffset") == Literal(previous.offset if previous else -1)
         adds = [q for q in delta.adds if q not in self.store]
         removes = [q for q in delta.removes if q in self.store]
         meta_old = list(self.store.quads_for_pattern(PROJECTION, None, None, META))
@@ -445,10 +455,19 @@ class TenantGraph:
             parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
         parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
         self.store.update(" ; ".join(parts))
-        if adds or removes:
-            self.knowledge.engine.update(
-                self.store, GRAPHS, [q.triple for q in adds], [q.triple for q in removes]
-            )
+        if not current:
+            log.warning("%s: inferences were not current; re-materialising", self.path)
+            self.rematerialize()
+            return
+        try:
+            if adds or removes:
+                self.knowledge.engine.update(
+                    self.store, GRAPHS, [q.triple for q in adds], [q.triple for q in removes]
+                )
+        except Exception:
+            log.exception("%s: incremental rule update failed; re-materialising", self.path)
+            self.rematerialize()
+            return
         self._set_meta("inferredOffset", Literal(position.offset))
 
     def quads(self, graph: NamedNode = ASSERTED) -> Iterator[Quad]:

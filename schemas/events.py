@@ -92,6 +92,17 @@ def parse_time(value: Any, what: str) -> datetime:
 
 
 def _parse_time(value: Any, what: str) -> datetime:
+    try:
+        parsed = _parse_any_time(value, what)
+        parsed.astimezone(UTC).timestamp()  # representable as UTC and as Avro timestamp-millis
+    except InvalidEvent:
+        raise
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidEvent(f"{what}: time out of range: {value!r}") from exc
+    return parsed
+
+
+def _parse_any_time(value: Any, what: str) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -262,7 +273,7 @@ def _validate_remembered(p: Mapping[str, Any]) -> None:
     _check_confidence(p.get("confidence", 1.0))
     cls = p.get("memory_class", "Memory")
     _require(
-        isinstance(cls, str) and bool(v.CLASS_RE.match(cls)),
+        isinstance(cls, str) and bool(v.CLASS_RE.match(cls)) and v.valid_iri(v.class_iri(cls)),
         f"memory_class must be a class name such as PerformanceTargetMemory, got {cls!r}",
     )
     holders = p.get("stakeholders") or {}
@@ -270,8 +281,7 @@ def _validate_remembered(p: Mapping[str, Any]) -> None:
         _require(bool(holders.get("user_id")), "a user-scoped memory needs stakeholders.user_id")
     if p["scope"] == "team":
         _require(bool(holders.get("team_ids")), "a team-scoped memory needs stakeholders.team_ids")
-    for key in p.get("properties") or {}:
-        _require(bool(v.NAME_RE.match(key)), f"property name {key!r} must match {v.NAME_RE.pattern}")
+    _check_property_names(p.get("properties") or {})
     if p.get("replaces") is not None:
         _check_id(p["replaces"], "replaces")
     _require(
@@ -311,5 +321,10 @@ def _validate_revised(p: Mapping[str, Any]) -> None:
                 _check_confidence(value)
             case "expires_at":
                 parse_time(value, "expires_at")
+    _check_property_names(props)
+
+
+def _check_property_names(props: Mapping[str, Any]) -> None:
     for key in props:
         _require(bool(v.NAME_RE.match(key)), f"property name {key!r} must match {v.NAME_RE.pattern}")
+        _require(key not in v.RESERVED_PROPERTIES, f"property name {key!r} is reserved by engram")

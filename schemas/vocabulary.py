@@ -62,6 +62,57 @@ REVISABLE_FIELDS: Final = {
 CLEARABLE_FIELDS: Final = frozenset({"expires_at"})
 
 
+# Predicates engram writes itself or derives: a class property may not take one of these names.
+RESERVED_PROPERTIES: Final = frozenset(
+    {
+        "memoryId",
+        "rememberedBy",
+        "label",
+        "content",
+        "kind",
+        "scope",
+        "stakeholderUser",
+        "stakeholderTeam",
+        "importance",
+        "confidence",
+        "expiresAt",
+        "embeddingModel",
+        "source",
+        "actor",
+        "actorRole",
+        "validFrom",
+        "recordedAt",
+        "updatedAt",
+        "changedBy",
+        "supersededBy",
+        "supersedes",
+        "forgotten",
+        "forgottenAt",
+        "forgottenReason",
+        "memoryClass",
+        "targetStatus",
+        "budgetStatus",
+        "budgetPercent",
+        "budgetSpend",
+        "liveRank",
+        "conflictsWith",
+        "conflictKey",
+        "stakeholderKey",
+    }
+)
+
+
+def valid_iri(iri: str) -> bool:
+    """Whether pyoxigraph accepts ``iri`` (stricter than the class-name pattern)."""
+    from pyoxigraph import NamedNode
+
+    try:
+        NamedNode(iri)
+    except ValueError:
+        return False
+    return True
+
+
 def class_iri(memory_class: str) -> str:
     """``PerformanceTargetMemory`` or ``:PerformanceTargetMemory`` name engram's own classes."""
     if memory_class.startswith(("http://", "https://")):

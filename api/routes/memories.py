@@ -27,6 +27,10 @@ async def list_memories(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> MemoriesPublic:
+    if memory_class is not None and not v.valid_iri(v.class_iri(memory_class)):
+        raise HTTPException(
+            status_code=422, detail=f"class is not a valid class name or IRI: {memory_class!r}"
+        )
     if graph is None:
         return MemoriesPublic(data=[], count=0)
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)

@@ -164,7 +164,7 @@ def _body(rule: Rule, seeded: frozenset[str], skip: object, drop_negations: bool
     parts = [values_block(seeds) if seeds else "", *subqueries]
     bound = set(seeded)
     # A seeded BIND target is already in scope: check the value instead of binding it.
-    filters += [f"FILTER(?{b.var} = ({b.expr}))" for b in binds if b.var in bound]
+    filters += [f"FILTER(sameTerm(?{b.var}, {b.expr}))" for b in binds if b.var in bound]
     pending = [b for b in binds if b.var not in bound]
     for atom in order_atoms(atoms, bound):
         parts.append(_atom(atom))

@@ -257,6 +257,11 @@ class _Parser:
                 raise RuleSyntaxError(
                     f"{rule.source}: head variables {_names(missing)} are not bound by the body"
                 )
+        atom_vars = frozenset().union(*(lit.vars for lit in rule.body if isinstance(lit, Atom)))
+        targets = [lit.var for lit in rule.body if isinstance(lit, Bind)]
+        for var in targets:
+            if var in atom_vars or targets.count(var) > 1:
+                raise RuleSyntaxError(f"{rule.source}: BIND target ?{var} is already bound in the body")
         for lit in rule.body:
             if isinstance(lit, Filter | Bind) and (missing := lit.vars - bound):
                 raise RuleSyntaxError(

@@ -122,6 +122,12 @@ def test_bad_paths_and_payloads(server: Server) -> None:
     assert httpx.get(f"{server.url}/v1/tenants/Not_A_Tenant/memories").status_code == 422
     assert httpx.get(f"{server.url}/v1/tenants/acme/memories/ghost").status_code == 404
     assert httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"limit": 0}).status_code == 422
+    assert remember(server, "acme", memory_id="seed").status_code == 202
+    bad_class = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"class": "http://x/%zz"})
+    assert bad_class.status_code == 422
+    assert remember(server, "acme", memory_class="http://x/%zz").status_code == 422
+    assert remember(server, "acme", expires_at="9999-12-31T23:00:00-05:00").status_code == 422
+    assert remember(server, "acme", properties={"supersededBy": "x"}).status_code == 422
     r = httpx.post(
         f"{server.url}/v1/tenants/acme/memories",
         content=b"{not json",

@@ -119,9 +119,31 @@ def test_aggregate_cycle_is_refused() -> None:
             "only add FILTER",
         ),
         ('["lit", :a, ?x] :- [?x, :b, ?z] .', "literal cannot be a subject"),
+        (
+            "[?x, :ok, ?z] :- [?x, :q, ?z], [?x, :p, ?y], BIND(?y + 1 AS ?z) .",
+            "BIND target ?z is already bound",
+        ),
     ],
 )
 def test_syntax_errors_name_file_line_and_problem(text: str, message: str) -> None:
     with pytest.raises(RuleSyntaxError, match=re.escape(message)) as info:
         parse_rules(f"PREFIX : <{EX}>\n{text}", "bad.dlog")
     assert str(info.value).startswith("bad.dlog:")
+
+
+def test_a_bind_head_follows_a_change_of_datatype() -> None:
+    """4 (integer) replaced by 4.0 (double): the halved value is a different term, not a stale one."""
+    engine = RuleEngine(
+        parse_rules(f"PREFIX : <{EX}>\n[?x, :half, ?h] :- [?x, :v, ?v], BIND(?v / 2 AS ?h) .")
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(tmp)
+        old = Triple(node(0), NamedNode(EX + "v"), Literal(4))
+        new = Triple(node(0), NamedNode(EX + "v"), Literal(4.0))
+        store.add(Quad(*old, BASE))
+        engine.materialize(store, GRAPHS)
+        store.remove(Quad(*old, BASE))
+        store.add(Quad(*new, BASE))
+        engine.update(store, GRAPHS, [new], [old])
+        assert {q.triple for q in store.quads_for_pattern(None, None, None, INF)} == full(engine, store)
+        del store

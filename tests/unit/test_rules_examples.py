@@ -16,6 +16,7 @@ from projections.read import get_memory, list_memory_ids
 from schemas import vocabulary as v
 from schemas.events import Position
 from tests.factories import event, remembered
+from tests.unit.test_rules_incremental import from_scratch
 
 E = v.ENGRAM
 
@@ -308,3 +309,25 @@ def test_a_changed_ontology_rematerialises_existing_stores(tmp_path: Path) -> No
     assert Literal(95) in {
         q.object for q in again.store.quads_for_pattern(None, NamedNode(E + "nearLimitThreshold"), None)
     }
+
+
+def test_a_failed_rule_update_is_repaired_by_re_materialising(
+    t: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from projections.rules.engine import RuleEngine
+
+    t.send("MemoryRemembered", remembered("a", importance=5))
+    real = RuleEngine.update
+    calls = {"n": 0}
+
+    def fail_once(self: RuleEngine, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("disk hiccup")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RuleEngine, "update", fail_once)
+    assert t.send("MemoryForgotten", {"memory_id": "a"}) is Status.APPLIED  # repaired by re-materialising
+    assert not t.has("a", "ActiveMemory") and not t.has("a", "LiveContext")
+    t.send("MemoryRemembered", remembered("b", importance=5))
+    assert t.graph.inferred() == from_scratch(t.graph)
