@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyoxigraph import Literal, NamedNode, Quad, QueryBoolean, Store, Triple
+from pyoxigraph import BlankNode, Literal, NamedNode, Quad, QueryBoolean, Store, Triple
 
 from projections.rules import compile as sq
 from projections.rules.stratify import body_atoms, stratify, unifiable
@@ -91,6 +91,10 @@ class _Stratum:
 
     def produces(self, fact: Fact) -> bool:
         return any(unify(head, fact) is not None for _, head in self.heads)
+
+
+def _seedable(seed: Seed) -> bool:
+    return not any(isinstance(value, BlankNode) for value in seed.values())
 
 
 def unify(atom: Atom, fact: Fact) -> Seed | None:
@@ -187,7 +191,7 @@ class RuleEngine:
     ) -> list[Seed]:
         if not agg.group:
             return [{}]
-        if all(all(g in seed for g in agg.group) for seed in seeds):
+        if seeds and all(all(g in seed for g in agg.group) for seed in seeds):
             return sq.project(seeds, agg.group)  # type: ignore[return-value]
         rows = self._rows(store, sq.group_keys(agg, seeds), graphs, stats)
         return [{g: row[g] for g in agg.group} for row in rows]
@@ -292,6 +296,12 @@ class RuleEngine:
     ) -> Iterator[Fact]:
         """Inferred facts whose derivation may have used the triggering facts (an over-estimate)."""
         rule = trig.rule
+        if not all(map(_seedable, seeds)):  # blank nodes cannot go in VALUES: every derivation
+            if trig.kind == "agg":
+                seeds = []
+            else:
+                yield from self._heads(store, rule, [], graphs.union, stats, drop_negations=True)
+                return
         if trig.kind == "agg":
             assert isinstance(trig.literal, Aggregate)
             for key in self._group_keys(store, trig.literal, seeds, graphs.union, stats):
@@ -327,6 +337,10 @@ class RuleEngine:
             seed = unify(head, fact)
             if seed is None:
                 continue
+            if not _seedable(seed):
+                if fact in set(self._heads(store, rule, [], graphs.new, stats)):
+                    return True
+                continue
             result = self._rows(store, sq.ask(rule, [seed], self._bodies), graphs.new, stats)
             if isinstance(result, QueryBoolean) and bool(result):
                 return True
@@ -361,9 +375,13 @@ class RuleEngine:
         self, store: Store, graphs: Graphs, trig: _Trigger, seeds: list[Seed], stats: UpdateStats
     ) -> Iterator[Fact]:
         rule = trig.rule
+        if not all(map(_seedable, seeds)):  # blank nodes cannot go in VALUES: evaluate unseeded
+            seeds = []
         if trig.kind == "agg":
             assert isinstance(trig.literal, Aggregate)
             keys = self._group_keys(store, trig.literal, seeds, graphs.union, stats)
+            if keys and not all(map(_seedable, keys)):
+                keys = [{}]
             if keys:
                 yield from self._heads(store, rule, keys, graphs.new, stats)
             return

@@ -147,3 +147,21 @@ def test_a_bind_head_follows_a_change_of_datatype() -> None:
         engine.update(store, GRAPHS, [new], [old])
         assert {q.triple for q in store.quads_for_pattern(None, None, None, INF)} == full(engine, store)
         del store
+
+
+def test_blank_nodes_in_changed_facts_are_handled_unseeded() -> None:
+    from pyoxigraph import BlankNode
+
+    engine = RuleEngine(parse_rules(REACH))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(tmp)
+        b = BlankNode()
+        first, second = Triple(node(0), NamedNode(EX + "edge"), b), Triple(b, NamedNode(EX + "edge"), node(1))
+        for fact in (first, second):
+            store.add(Quad(*fact, BASE))
+            engine.update(store, GRAPHS, [fact], [])
+            assert {q.triple for q in store.quads_for_pattern(None, None, None, INF)} == full(engine, store)
+        store.remove(Quad(*first, BASE))
+        engine.update(store, GRAPHS, [], [first])
+        assert {q.triple for q in store.quads_for_pattern(None, None, None, INF)} == full(engine, store)
+        del store
