@@ -78,6 +78,11 @@ class _Stratum:
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
 
     @property
+    def aggregate_only(self) -> bool:
+        """Every rule here is an AGGREGATE rule: insertion recomputes each group it over-deleted."""
+        return all(any(isinstance(lit, Aggregate) for lit in rule.body) for rule in self.rules)
+
+    @property
     def recursive(self) -> bool:
         """Whether a rule here reads what a rule here produces (else one pass reaches the fixpoint)."""
         atoms = [atom for rule in self.rules for atom, _ in body_atoms(rule)]
@@ -130,6 +135,7 @@ class RuleEngine:
         self.prefixes = dict(program.prefixes)
         self.strata = [self._index(rules) for rules in stratify(program.rules)]
         self._bodies: sq.BodyCache = {}
+        self._ground: dict[tuple[int, int, frozenset[str]], list[Atom]] = {}
 
     @staticmethod
     def _index(rules: list[Rule]) -> _Stratum:
@@ -174,12 +180,41 @@ class RuleEngine:
         stats: UpdateStats | None,
         **options: Any,
     ) -> Iterator[Fact]:
+        if seeds:  # seeded: drop the seeds a ground atom already rules out
+            seeds = self._prefilter(store, rule, seeds, graphs, options.get("skip"))
+            if not seeds:
+                return
         variables = sorted(set().union(*(h.vars for h in rule.heads)))
         query = sq.select(rule, seeds, variables, cache=self._bodies, **options)
         for row in self._rows(store, query, graphs, stats):
             for head in rule.heads:
                 if (fact := instantiate(head, row)) is not None:
                     yield fact
+
+    def _prefilter(
+        self, store: Store, rule: Rule, seeds: list[Seed], graphs: list[NamedNode], skip: object
+    ) -> list[Seed]:
+        """Drop the seeds for which an atom made ground by the seed is not a fact: no query needed.
+
+        A new memory fires many rules (targets, budgets, conflicts) that its class or scope rules
+        out at once; checking those atoms in the store costs microseconds, a query far more.
+        """
+        if not seeds[0]:
+            return seeds
+        key = (id(rule), id(skip), frozenset(seeds[0]))
+        atoms = self._ground.get(key)
+        if atoms is None:
+            atoms = self._ground[key] = [
+                lit for lit in rule.body if isinstance(lit, Atom) and lit is not skip and lit.vars <= key[2]
+            ]
+        if not atoms:
+            return seeds
+        kept = []
+        for seed in seeds:
+            facts = [instantiate(atom, seed) for atom in atoms]
+            if all(f is not None and self._in(store, f, graphs) for f in facts):
+                kept.append(seed)
+        return kept
 
     def _group_keys(
         self,
@@ -241,7 +276,10 @@ class RuleEngine:
                 # A pattern may be produced by rules in several strata: whatever was deleted and
                 # this stratum can produce is a candidate, and rederivation may use any rule of
                 # this or a lower stratum (those are final by now).
-                candidates = overdeleted + [f for f in dels if stratum.produces(f)]
+                # Aggregate heads of over-deleted groups are recomputed by the insertion below,
+                # so asking each one again (a whole aggregate apiece) would be wasted.
+                mine = [] if stratum.aggregate_only else overdeleted
+                candidates = mine + [f for f in dels if stratum.produces(f)]
                 self._rederive(store, graphs, self.strata[: i + 1], candidates, stats)
                 dels = [f for f in dict.fromkeys(dels + overdeleted) if not self._in(store, f, graphs.new)]
                 self._insert(store, graphs, stratum, adds, dels, stats)
