@@ -14,34 +14,6 @@ from schemas import vocabulary as v
 
 PREFIXES = {"e": v.ENGRAM}
 
-# Predicates with a place of their own in a memory's view; any other e: predicate is a property.
-_SHARED = {
-    "memoryId",
-    "rememberedBy",
-    "label",
-    "content",
-    "kind",
-    "scope",
-    "stakeholderUser",
-    "stakeholderTeam",
-    "importance",
-    "confidence",
-    "expiresAt",
-    "embeddingModel",
-    "source",
-    "actor",
-    "actorRole",
-    "validFrom",
-    "recordedAt",
-    "updatedAt",
-    "changedBy",
-    "supersededBy",
-    "forgotten",
-    "forgottenAt",
-    "forgottenReason",
-    "memoryClass",
-}
-
 
 def list_memory_ids(
     graph: TenantGraph,
@@ -129,7 +101,9 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
         "importance_name": v.Importance(importance).name.title() if importance else None,
         "confidence": one("confidence"),
         "expires_at": one("expiresAt"),
-        "properties": {name: _value(vals[0]) for name, vals in sorted(facts.items()) if name not in _SHARED},
+        "properties": {
+            name: _value(vals[0]) for name, vals in sorted(facts.items()) if name not in v.MEMORY_PREDICATES
+        },
         "source": one("source"),
         "actor": {"id": one("actor"), "role": one("actorRole")},
         "valid_from": one("validFrom"),

@@ -62,44 +62,24 @@ REVISABLE_FIELDS: Final = {
 CLEARABLE_FIELDS: Final = frozenset({"expires_at"})
 
 
-# Predicates engram writes itself or derives: a class property may not take one of these names.
-RESERVED_PROPERTIES: Final = frozenset(
+# Predicates the projection writes for every memory; any other engram predicate is a property.
+MEMORY_PREDICATES: Final = frozenset(
     {
-        "memoryId",
-        "rememberedBy",
-        "label",
-        "content",
-        "kind",
-        "scope",
-        "stakeholderUser",
-        "stakeholderTeam",
-        "importance",
-        "confidence",
-        "expiresAt",
-        "embeddingModel",
-        "source",
-        "actor",
-        "actorRole",
-        "validFrom",
-        "recordedAt",
-        "updatedAt",
-        "changedBy",
-        "supersededBy",
-        "supersedes",
-        "forgotten",
-        "forgottenAt",
-        "forgottenReason",
-        "memoryClass",
-        "targetStatus",
-        "budgetStatus",
-        "budgetPercent",
-        "budgetSpend",
-        "liveRank",
-        "conflictsWith",
-        "conflictKey",
-        "stakeholderKey",
+        "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
+        "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source", "actor",
+        "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy", "forgotten",
+        "forgottenAt", "forgottenReason", "memoryClass",
     }
-)
+)  # fmt: skip
+# Predicates the rules derive about a memory.
+DERIVED_PREDICATES: Final = frozenset(
+    {
+        "supersedes", "targetStatus", "budgetStatus", "budgetPercent", "budgetSpend", "liveRank",
+        "conflictsWith", "conflictKey", "stakeholderKey",
+    }
+)  # fmt: skip
+# A class property may not take one of these names.
+RESERVED_PROPERTIES: Final = MEMORY_PREDICATES | DERIVED_PREDICATES
 
 
 def valid_iri(iri: str) -> bool:
