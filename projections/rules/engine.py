@@ -94,6 +94,11 @@ class _Stratum:
                 if trig.kind in kinds and (seed := unify(trig.atom, fact)) is not None:
                     yield trig, seed
 
+    def triggered(self, *, positive: list[Fact], negative: list[Fact]) -> list[tuple[_Trigger, Seed]]:
+        """Triggers fired by facts read positively, and by facts read under NOT; both fire aggregates."""
+        pending = [m for fact in positive for m in self.matches(fact, ("pos", "agg"))]
+        return pending + [m for fact in negative for m in self.matches(fact, ("neg", "agg"))]
+
     def produces(self, fact: Fact) -> bool:
         return any(unify(head, fact) is not None for _, head in self.heads)
 
@@ -307,11 +312,8 @@ class RuleEngine:
         dels: list[Fact],
         stats: UpdateStats,
     ) -> list[Fact]:
-        pending: list[tuple[_Trigger, Seed]] = []
-        for fact in dels:
-            pending += stratum.matches(fact, ("pos", "agg"))
-        for fact in adds:
-            pending += stratum.matches(fact, ("neg", "agg"))
+        # what lost a fact it read positively, or gained one it reads under NOT, may lose support
+        pending = stratum.triggered(positive=dels, negative=adds)
         gone: list[Fact] = []
         seen: set[Fact] = set()
         while pending:
@@ -393,11 +395,8 @@ class RuleEngine:
         dels: list[Fact],
         stats: UpdateStats,
     ) -> None:
-        pending: list[tuple[_Trigger, Seed]] = []
-        for fact in adds:
-            pending += stratum.matches(fact, ("pos", "agg"))
-        for fact in dels:
-            pending += stratum.matches(fact, ("neg", "agg"))
+        # what gained a fact it reads positively, or lost one it reads under NOT, may gain a head
+        pending = stratum.triggered(positive=adds, negative=dels)
         while pending:
             rounds, pending = self._by_trigger(pending), []
             for trig, seeds in rounds.values():
