@@ -1,4 +1,11 @@
-"""Every write: validate, append to the log, and optionally wait for the projection."""
+"""Every write: validate, decide as the projection would, append to the log, optionally wait.
+
+The answers: 202 accepted (``applied`` once the projection has it), 409 for a memory id that is
+taken or an event id reused for different content, 413 for an event the log cannot hold, 422
+for an invalid event, 503 if the log is unreachable, 504 if ``wait`` times out. A retry of a
+write that was applied (same event id, same content) is answered as the original, not produced
+again.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +17,41 @@ from fastapi import HTTPException
 
 from api.models import Accepted
 from api.runtime import Runtime
-from projections.graph import Status, event_violations
-from schemas.events import InvalidEvent, event_from_json
+from projections.graph import (
+    PLAN_ERRORS,
+    AlreadyApplied,
+    Status,
+    TenantGraph,
+    precheck,
+    rejection_reason,
+)
+from schemas.events import Conflict, Event, InvalidEvent, event_from_json
+from streams.producer import EventTooLarge, encode_checked
 
 log = logging.getLogger(__name__)
 
 
 async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> Accepted:
-    """422 for an invalid event, 503 if the log is unreachable, 504 if ``wait`` times out."""
     try:
         event = event_from_json(envelope)
-        violations = event_violations(runtime.stores.knowledge, event, runtime.stores.get(event.tenant))
+        encode_checked(event)
+    except EventTooLarge as exc:
+        raise HTTPException(status_code=413, detail=str(exc)) from exc
     except InvalidEvent as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    if violations:
-        raise HTTPException(status_code=422, detail="shape violations: " + "; ".join(violations))
+    graph = runtime.stores.get(event.tenant)
+    try:
+        precheck(runtime.stores.knowledge, event, graph)
+    except AlreadyApplied:
+        assert graph is not None
+        return _answer_retry(event, graph)
+    except Conflict as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc
+    except PLAN_ERRORS as exc:
+        raise HTTPException(status_code=422, detail=rejection_reason(exc)) from exc
     try:
         pos = await runtime.producer.send(event)
-    except InvalidEvent as exc:  # the Avro schema refused it
+    except InvalidEvent as exc:  # checked above; kept so a refusal can never become a 5xx
         raise HTTPException(status_code=422, detail=str(exc)) from exc
     except KafkaError as exc:
         log.error("append failed: %s", exc)
@@ -51,3 +75,15 @@ async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> 
     if handled.outcome.status is Status.REJECTED:
         raise HTTPException(status_code=409, detail=f"rejected by the projection: {handled.outcome.reason}")
     return accepted.model_copy(update={"applied": True})
+
+
+def _answer_retry(event: Event, graph: TenantGraph) -> Accepted:
+    """The answer the original write got: where the log holds it, applied."""
+    pos = graph.applied_position(event.event_id)
+    return Accepted(
+        event_id=event.event_id,
+        memory_id=event.payload.get("memory_id"),
+        partition=pos.partition if pos else -1,
+        offset=pos.offset if pos else -1,
+        applied=True,
+    )

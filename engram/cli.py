@@ -106,7 +106,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     as_of = round(parse_time(args.as_of, "--as-of").timestamp() * 1000) if args.as_of else None
     with tempfile.TemporaryDirectory() as tmp:
         graph = asyncio.run(replay_tenant(settings, args.tenant, Path(tmp), as_of_ms=as_of))
-        out = export_nquads(graph)
+        out = export_nquads(graph) if graph is not None else ""  # no event applied: no tenant
         del graph  # closes the store before its directory is removed
         gc.collect()
     if args.out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
 from projections.knowledge import Knowledge, load_knowledge
 from projections.rules.engine import Graphs
 from schemas import vocabulary as v
-from schemas.events import Event, InvalidEvent, Position, parse_time
+from schemas.events import Conflict, Event, InvalidEvent, Position, content_digest, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,29 @@ def user_iri(user_id: str) -> NamedNode:
     return NamedNode(f"urn:engram:user:{user_id}")
 
 
+def event_iri(event_id: str) -> NamedNode:
+    return NamedNode(f"urn:engram:event:{event_id}")
+
+
 def time_literal(value: datetime) -> Literal:
-    text = value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return Literal(text, datatype=XSD_DATETIME)
+    """An xsd:dateTime in the store's canonical form: UTC, ``Z``, no trailing zeros in the fraction.
+
+    Oxigraph compares times by value but writes them back canonically; building the same form
+    here keeps "replace with an equal time" a no-op instead of a removal.
+    """
+    text = value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "")
+    whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0")
+    return Literal(f"{whole}.{fraction}Z" if fraction else f"{whole}Z", datatype=XSD_DATETIME)
 
 
 def value_literal(value: Any) -> Literal:
-    """A typed literal for a property value: boolean, integer, double or string."""
-    if isinstance(value, bool | int | float | str):
+    """A typed literal for a property value: boolean, integer, double or string, canonical."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent(f"numbers must be finite, got {value!r}")
+        return Literal(value + 0.0)  # -0.0 + 0.0 is 0.0: one zero
+    if isinstance(value, bool | int | str):
         return Literal(value)
     raise InvalidEvent(f"unsupported property value {value!r}")
 
@@ -163,7 +179,7 @@ def plan(event: Event, position: Position, state: GraphState) -> Delta:
             b.add(COMPANY, e("hasKpi"), k)
             b.add(k, RDF_TYPE, e("Kpi"))
             b.add(k, e("metric"), Literal(p["metric"]))
-            b.replace(k, e("value"), Literal(float(p["value"])))
+            b.replace(k, e("value"), value_literal(float(p["value"])))
             b.replace(k, e("period"), Literal(p["period"]))
             b.replace(k, e("observedAt"), time_literal(event.occurred_at))
         case "SpendObserved":
@@ -172,7 +188,7 @@ def plan(event: Event, position: Position, state: GraphState) -> Delta:
             b.add(COMPANY, e("hasSpend"), s)
             b.add(s, RDF_TYPE, e("Spend"))
             b.add(s, e("platform"), Literal(p["platform"]))
-            b.replace(s, e("amount"), Literal(float(p["amount"])))
+            b.replace(s, e("amount"), value_literal(float(p["amount"])))
             b.replace(s, e("currency"), Literal(p["currency"]))
             b.replace(s, e("period"), Literal(p["period"]))
             b.replace(s, e("observedAt"), time_literal(event.occurred_at))
@@ -205,8 +221,8 @@ def _field_literal(name: str, value: Any) -> Literal | None:
     if name == "expires_at":
         return time_literal(parse_time(value, "expires_at"))
     if name == "confidence":
-        return Literal(float(value))
-    return Literal(value)
+        return value_literal(float(value))
+    return value_literal(value)
 
 
 def _touch(b: _Builder, m: NamedNode, event: Event, recorded: datetime) -> None:
@@ -218,11 +234,8 @@ def _touch(b: _Builder, m: NamedNode, event: Event, recorded: datetime) -> None:
 def _remember(b: _Builder, event: Event, recorded: datetime) -> None:
     p = event.payload
     m = memory_iri(p["memory_id"])
-    origin = b.state.objects(m, e("rememberedBy"))
-    if origin:
-        if origin[0].value == event.event_id:
-            return  # the same event produced again: already remembered
-        raise InvalidEvent(f"memory {p['memory_id']} already exists; revise it instead")
+    if b.state.objects(m, e("rememberedBy")):
+        raise Conflict(f"memory {p['memory_id']} already exists; revise it instead")
     cls = NamedNode(v.class_iri(p.get("memory_class") or "Memory"))
     b.add(m, RDF_TYPE, cls)
     b.add(m, e("memoryClass"), cls)
@@ -238,7 +251,7 @@ def _remember(b: _Builder, event: Event, recorded: datetime) -> None:
     for team in holders.get("team_ids") or []:
         b.add(m, e("stakeholderTeam"), Literal(team))
     b.add(m, e("importance"), Literal(int(p["importance"])))
-    b.add(m, e("confidence"), Literal(float(p.get("confidence", 1.0))))
+    b.add(m, e("confidence"), value_literal(float(p.get("confidence", 1.0))))
     if p.get("expires_at") is not None:
         b.add(m, e("expiresAt"), time_literal(p["expires_at"]))
     for name, value in (p.get("properties") or {}).items():
@@ -302,13 +315,41 @@ def node_violations(knowledge: Knowledge, delta: Delta, state: GraphState, subje
     return knowledge.shapes.validate(classes, facts, knowledge.ontology)
 
 
-def event_violations(knowledge: Knowledge, event: Event, state: GraphState | None = None) -> list[str]:
-    """Shape violations of the memory an event creates or revises (empty for other events)."""
-    if event.type not in ("MemoryRemembered", "MemoryRevised"):
-        return []
-    state = state or NoFacts()
-    delta = plan(event, Position(0, 0), state)
-    return node_violations(knowledge, delta, state, memory_iri(event.payload["memory_id"]))
+def precheck(knowledge: Knowledge, event: Event, graph: TenantGraph | None) -> None:
+    """What the projection would decide for ``event`` now, before it is appended to the log.
+
+    Raises :class:`AlreadyApplied` for a retry of an applied event, :class:`Conflict` for a taken
+    memory id or a reused event id, and another of ``PLAN_ERRORS`` for an event it would reject.
+    """
+    if graph is None:
+        checked_plan(knowledge, event, Position(0, 0), NoFacts())
+    else:
+        graph.prepare(event, Position(0, 0))
+
+
+class AlreadyApplied(Exception):
+    """The same event id with the same content: nothing to do."""
+
+
+# plan() is a pure function of the event and the facts, so these failures are deterministic:
+# retrying cannot help, and a replay must reach the same decision.
+PLAN_ERRORS = (InvalidEvent, ValueError, TypeError, KeyError, AttributeError)
+
+
+def rejection_reason(exc: BaseException) -> str:
+    if isinstance(exc, InvalidEvent):
+        return str(exc)
+    return f"cannot be projected: {type(exc).__name__}: {exc}"
+
+
+def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: GraphState) -> Delta:
+    """``plan`` followed by the shapes of the memory it creates or revises."""
+    delta = plan(event, position, state)
+    if event.type in ("MemoryRemembered", "MemoryRevised"):
+        violations = node_violations(knowledge, delta, state, memory_iri(event.payload["memory_id"]))
+        if violations:
+            raise InvalidEvent("shape violations: " + "; ".join(violations))
+    return delta
 
 
 class TenantGraph:
@@ -397,23 +438,53 @@ class TenantGraph:
         return self.knowledge.engine.explain(self.store, GRAPHS, fact, depth=depth)
 
     # -- applying events --------------------------------------------------------------------
+    def applied_digest(self, event_id: str) -> str | None:
+        """The content digest of an event id this store has applied, if any."""
+        found = list(self.store.quads_for_pattern(event_iri(event_id), e("digest"), None, META))
+        return found[0].object.value if found else None
+
+    def applied_position(self, event_id: str) -> Position | None:
+        """Where the log holds the event that applied ``event_id``."""
+        found = list(self.store.quads_for_pattern(event_iri(event_id), e("position"), None, META))
+        if not found:
+            return None
+        partition, offset = found[0].object.value.split(":")
+        return Position(int(partition), int(offset))
+
     def apply(self, event: Event, position: Position) -> Outcome:
-        """Apply once: skipped at or below the checkpoint, rejected (position still moves) if invalid."""
+        """Apply once, by offset and by event id; rejected (position still moves) if invalid.
+
+        An event id applied before is skipped when its content is the same (a retry, a file
+        produced twice) and rejected as a conflict when it is not (an idempotency key reused).
+        """
         if self.already_applied(position):
             return Outcome(Status.SKIPPED)
         try:
-            delta = plan(event, position, self)
-            if event.type in ("MemoryRemembered", "MemoryRevised"):
-                violations = node_violations(
-                    self.knowledge, delta, self, memory_iri(event.payload["memory_id"])
-                )
-                if violations:
-                    raise InvalidEvent("shape violations: " + "; ".join(violations))
-        except InvalidEvent as exc:
+            delta = self.prepare(event, position)
+        except AlreadyApplied as dup:
             self.commit(Delta(), position)
-            return Outcome(Status.REJECTED, str(exc))
+            return Outcome(Status.SKIPPED, str(dup))
+        except PLAN_ERRORS as exc:
+            self.commit(Delta(), position)
+            return Outcome(Status.REJECTED, rejection_reason(exc))
         self.commit(delta, position)
         return Outcome(Status.APPLIED)
+
+    def prepare(self, event: Event, position: Position) -> Delta:
+        """The delta ``event`` would commit, with its event-id record; raises what ``apply`` rejects."""
+        digest = content_digest(event)
+        seen = self.applied_digest(event.event_id)
+        if seen == digest:
+            raise AlreadyApplied(f"event {event.event_id} was already applied")
+        if seen is not None:
+            raise Conflict(f"event_id {event.event_id} was already used for a different event")
+        delta = checked_plan(self.knowledge, event, position, self)
+        node = event_iri(event.event_id)
+        records = (
+            Quad(node, e("digest"), Literal(digest), META),
+            Quad(node, e("position"), Literal(f"{position.partition}:{position.offset}"), META),
+        )
+        return Delta(delta.removes, (*delta.adds, *records))
 
     def reject(self, position: Position) -> Outcome:
         """Move past a record that could not be decoded or validated at all."""
@@ -460,10 +531,10 @@ class TenantGraph:
             self.rematerialize()
             return
         try:
-            if adds or removes:
-                self.knowledge.engine.update(
-                    self.store, GRAPHS, [q.triple for q in adds], [q.triple for q in removes]
-                )
+            added = [q.triple for q in adds if q.graph_name == ASSERTED]
+            removed = [q.triple for q in removes if q.graph_name == ASSERTED]
+            if added or removed:
+                self.knowledge.engine.update(self.store, GRAPHS, added, removed)
         except Exception:
             log.exception("%s: incremental rule update failed; re-materialising", self.path)
             self.rematerialize()

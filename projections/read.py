@@ -62,7 +62,7 @@ def _value(term: Any) -> Any:
 
 
 def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
-    if not v.ID_RE.match(memory_id):
+    if not v.full_match(v.ID_RE, memory_id):
         return None
     m = memory_iri(memory_id)
     facts: dict[str, list[Any]] = {}

@@ -21,12 +21,12 @@ class TenantStores:
         self._open: OrderedDict[str, TenantGraph] = OrderedDict()
 
     def _path(self, tenant: str) -> Path:
-        if not v.TENANT_RE.match(tenant):
+        if not v.full_match(v.TENANT_RE, tenant):
             raise ValueError(f"invalid tenant id {tenant!r}")
         return self.root / tenant / "graph"
 
     def exists(self, tenant: str) -> bool:
-        return v.TENANT_RE.match(tenant) is not None and self._path(tenant).is_dir()
+        return v.full_match(v.TENANT_RE, tenant) and self._path(tenant).is_dir()
 
     def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
         """The tenant's graph; None when it has none yet and ``create`` is false."""

@@ -45,6 +45,7 @@ EVENT_TYPES: Final = (
 )
 
 # Tenant ids name directories and Kafka keys; memory ids, metrics and platforms become IRIs.
+# Always test with full_match: ``$`` alone also matches before a trailing newline.
 TENANT_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 NAME_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
@@ -80,6 +81,11 @@ DERIVED_PREDICATES: Final = frozenset(
 )  # fmt: skip
 # A class property may not take one of these names.
 RESERVED_PROPERTIES: Final = MEMORY_PREDICATES | DERIVED_PREDICATES
+
+
+def full_match(pattern: re.Pattern[str], value: object) -> bool:
+    """Whether ``value`` is a string that ``pattern`` matches entirely (no trailing newline)."""
+    return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
 def valid_iri(iri: str) -> bool:

@@ -85,11 +85,16 @@ def decode(data: bytes, extra_writers: dict[bytes, Any] | None = None) -> Event:
     writer = (extra_writers or {}).get(fp) or writer_schemas().get(fp)
     if writer is None:
         raise UndecodableEvent(f"unknown writer schema fingerprint {fp.hex()}")
+    body = io.BytesIO(data[10:])
     try:
-        record = schemaless_reader(io.BytesIO(data[10:]), writer, envelope_schema(), return_record_name=True)
-        return Event.from_avro(record)  # type: ignore[arg-type]
+        record = schemaless_reader(body, writer, envelope_schema(), return_record_name=True)
+        event = Event.from_avro(record)  # type: ignore[arg-type]
     except Exception as exc:  # a corrupt body can fail anywhere in the reader
         raise UndecodableEvent(f"corrupt Avro body: {type(exc).__name__}: {exc}") from exc
+    extra = len(data) - 10 - body.tell()
+    if extra:  # a frame is one record, consumed exactly; anything after it is not ours to guess at
+        raise UndecodableEvent(f"{extra} unexpected bytes after the Avro record")
+    return event
 
 
 def headers(event: Event, schema: Any | None = None) -> list[tuple[str, bytes]]:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from schemas.events import Event, InvalidEvent, event_from_json
-from streams.producer import EventProducer
+from streams.producer import EventProducer, encode_checked
 
 log = logging.getLogger(__name__)
 
@@ -24,19 +24,33 @@ class IngestReport:
 
 
 def parse_lines(lines: Iterable[str]) -> tuple[list[tuple[int, Event]], list[tuple[int, str]]]:
-    """Events from the good lines and (line number, reason) for the bad; blank lines are skipped."""
+    """Events from the good lines and (line number, reason) for every bad one; blank lines are
+    skipped. A good line passed every check a producer makes (domain rules, Avro, size), so
+    producing it cannot fail on its content."""
     good: list[tuple[int, Event]] = []
     bad: list[tuple[int, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            good.append((number, event_from_json(json.loads(line))))
+            parsed = event_from_json(json.loads(line, object_pairs_hook=_unique_keys))
+            encode_checked(parsed)  # the Avro schema and the log's size limit, before anything is sent
+            good.append((number, parsed))
         except json.JSONDecodeError as exc:
             bad.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
         except InvalidEvent as exc:
             bad.append((number, str(exc)))
     return good, bad
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys repeat says two things at once; refuse it rather than pick one."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        repeated = sorted({k for k, _ in pairs if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
+        raise InvalidEvent(f"repeated keys in a JSON object: {', '.join(repeated)}")
+    return out
 
 
 async def produce_lines(producer: EventProducer, lines: Iterable[str]) -> IngestReport:

@@ -8,8 +8,25 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaProducer
 
 from engram.settings import Settings
-from schemas.events import Event, Position
+from schemas.events import Event, InvalidEvent, Position
 from streams import codec
+
+# aiokafka's max_request_size and the broker's message.max.bytes are both about 1 MiB; an event
+# must leave room for the key, the headers and the batch framing around it.
+MAX_REQUEST_BYTES = 1_048_576
+MAX_EVENT_BYTES = 1_000_000
+
+
+class EventTooLarge(InvalidEvent):
+    """An event whose encoding the log would refuse: the writer's fault, not the log's."""
+
+
+def encode_checked(event: Event) -> bytes:
+    """The event's Avro encoding; raises InvalidEvent (EventTooLarge) if the log would refuse it."""
+    data = codec.encode(event)
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventTooLarge(f"the event is {len(data):,} bytes encoded; the limit is {MAX_EVENT_BYTES:,}")
+    return data
 
 
 class EventProducer:
@@ -22,6 +39,7 @@ class EventProducer:
             enable_idempotence=True,
             acks="all",
             linger_ms=2,
+            max_request_size=MAX_REQUEST_BYTES,
         )
 
     async def start(self) -> None:
@@ -41,7 +59,7 @@ class EventProducer:
         return await self._producer.send(
             self.topic,
             key=event.tenant.encode(),
-            value=codec.encode(event),
+            value=encode_checked(event),
             headers=codec.headers(event),
         )
 

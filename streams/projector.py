@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import faust
 
 from engram.settings import Settings
-from projections.graph import Outcome, Status
+from projections.graph import PLAN_ERRORS, NoFacts, Outcome, Status, checked_plan, rejection_reason
 from projections.progress import Progress
 from projections.stores import TenantStores
 from schemas import vocabulary as v
@@ -46,33 +46,47 @@ class Result:
     outcome: Outcome
 
 
-async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadLetterSink) -> Result:
-    """Decode, validate and apply one record; dead-letter it with a reason if any step refuses."""
-    tenant: str | None = None
+def record_tenant(key: bytes | None) -> str | None:
+    """The tenant a record's key names, or None if the key is not a tenant id."""
     try:
-        tenant = (record.key or b"").decode("utf-8")
+        tenant = (key or b"").decode("utf-8")
     except UnicodeDecodeError:
-        tenant = None
-    if tenant is None or not v.TENANT_RE.match(tenant):
-        reason = f"record key is not a tenant id: {record.key!r}"
+        return None
+    return tenant if v.full_match(v.TENANT_RE, tenant) else None
+
+
+async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadLetterSink) -> Result:
+    """Decode, validate and apply one record; dead-letter it with a reason if any step refuses.
+
+    Every refusal here is deterministic (the same bytes against the same facts), so replay,
+    which runs this same function, refuses the same records. A refused record never creates a
+    tenant's store: only an event that applies does.
+    """
+    tenant = record_tenant(record.key)
+    if tenant is None:
+        reason = f"record key is not a tenant id: {record.key!r:.100}"
         await dead_letter(record.key, record.value, record.headers, reason)
         return Result(None, Outcome(Status.REJECTED, reason))
 
-    graph = stores.get(tenant, create=True)
-    assert graph is not None
-    if graph.already_applied(record.position):
+    graph = stores.get(tenant)
+    if graph is not None and graph.already_applied(record.position):
         return Result(tenant, Outcome(Status.SKIPPED))
     try:
         event = codec.decode(record.value or b"")
         if event.tenant != tenant:
-            raise InvalidEvent(f"event tenant {event.tenant!r} differs from record key {tenant!r}")
+            raise InvalidEvent(f"event tenant {event.tenant!r:.100} differs from record key {tenant!r}")
         validate(event)
-    except (codec.UndecodableEvent, InvalidEvent) as exc:
-        reason = str(exc)
+        if graph is None:  # a tenant's first event: only one that applies creates the store
+            checked_plan(stores.knowledge, event, record.position, NoFacts())
+    except (codec.UndecodableEvent, *PLAN_ERRORS) as exc:
+        reason = rejection_reason(exc)
         await dead_letter(record.key, record.value, record.headers, reason)
-        graph.reject(record.position)
+        if graph is not None:
+            graph.reject(record.position)
         return Result(tenant, Outcome(Status.REJECTED, reason))
 
+    graph = graph or stores.get(tenant, create=True)
+    assert graph is not None
     outcome = graph.apply(event, record.position)
     if outcome.status is Status.REJECTED:
         await dead_letter(record.key, record.value, record.headers, outcome.reason or "rejected")
@@ -103,9 +117,9 @@ async def handle_with_retries(record: Record, stores: TenantStores, sink: DeadLe
             log.exception("projection failed at %d:%d; dead-lettering", pos.partition, pos.offset)
             reason = f"projection error after {attempt} attempts: {type(exc).__name__}: {exc}"
             await sink(record.key, record.value, record.headers, reason)
-            tenant = (record.key or b"").decode("utf-8", "replace")
+            tenant = record_tenant(record.key)
             with contextlib.suppress(Exception):
-                if v.TENANT_RE.match(tenant) and (graph := stores.get(tenant)) is not None:
+                if tenant is not None and (graph := stores.get(tenant)) is not None:
                     graph.reject(pos)
             return Result(None, Outcome(Status.REJECTED, reason))
     raise AssertionError("unreachable")

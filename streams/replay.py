@@ -1,7 +1,8 @@
 """Rebuild a tenant's projection from the log: for audit, AS OF, and to check a live store.
 
-Replay feeds the tenant's records, from offset zero, through the same ``handle_record`` the
-live agent uses, into a store of its own; nothing is dead-lettered again.
+Replay feeds the tenant's records, from offset zero, through the same ``handle_with_retries``
+the live agent uses, into a store of its own, so it refuses exactly the records the live
+projector refused (for the same reasons) and never stops at one; nothing is dead-lettered again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from projections.graph import TenantGraph
 from projections.knowledge import load_knowledge
 from projections.stores import TenantStores
 from schemas.events import Position
-from streams.projector import Headers, Record, handle_record
+from streams.projector import Headers, Record, handle_with_retries
 from streams.topics import partition_count
 
 log = logging.getLogger(__name__)
@@ -31,13 +32,14 @@ def partition_for(tenant: str, partitions: int) -> int:
 
 async def replay_tenant(
     settings: Settings, tenant: str, root: Path, *, as_of_ms: int | None = None
-) -> TenantGraph:
-    """Replay ``tenant``'s events (appended at or before ``as_of_ms``) into a store in ``root``."""
+) -> TenantGraph | None:
+    """Replay ``tenant``'s events (appended at or before ``as_of_ms``) into a store in ``root``.
+
+    None when no event of the tenant applies (the tenant does not exist at that point).
+    """
     partitions = await partition_count(settings, settings.events_topic)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     stores = TenantStores(root, knowledge=knowledge)
-    graph = stores.get(tenant, create=True)
-    assert graph is not None
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         enable_auto_commit=False,
@@ -52,6 +54,9 @@ async def replay_tenant(
         consumer.seek(tp, (await consumer.beginning_offsets([tp]))[tp])
         key, seen, started = tenant.encode(), 0, time.monotonic()
 
+        def result() -> TenantGraph | None:
+            return stores.get(tenant)  # None: no event of the tenant applied, as live
+
         async def no_dead_letters(_k: bytes | None, _v: bytes | None, _h: Headers, _r: str) -> None:
             return None
 
@@ -59,11 +64,11 @@ async def replay_tenant(
             batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
             for msg in batch.get(tp, []):
                 if msg.offset >= end or (as_of_ms is not None and msg.timestamp > as_of_ms):
-                    return graph
+                    return result()
                 if msg.key != key:
                     continue
                 pos = Position(msg.partition, msg.offset, msg.timestamp)
-                await handle_record(
+                await handle_with_retries(
                     Record(msg.key, msg.value, list(msg.headers), pos), stores, no_dead_letters
                 )
                 seen += 1
@@ -75,6 +80,6 @@ async def replay_tenant(
                 end,
                 time.monotonic() - started,
             )
-        return graph
+        return result()
     finally:
         await consumer.stop()

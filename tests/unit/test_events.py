@@ -21,7 +21,7 @@ def test_defaults_are_minted_deterministically() -> None:
     [
         ("MemoryRemembered", remembered(importance=0), "importance must be an integer 1-5"),
         ("MemoryRemembered", remembered(importance=True), "importance must be an integer 1-5"),
-        ("MemoryRemembered", remembered(confidence=1.5), "confidence must be a number 0-1"),
+        ("MemoryRemembered", remembered(confidence=1.5), "confidence must be a finite number 0-1"),
         ("MemoryRemembered", remembered(kind="rumour"), "kind must be one of"),
         ("MemoryRemembered", remembered(scope="user"), "needs stakeholders.user_id"),
         ("MemoryRemembered", remembered(scope="team"), "needs stakeholders.team_ids"),

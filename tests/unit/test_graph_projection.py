@@ -77,7 +77,8 @@ def test_supersede_restore_and_forget(log: Log) -> None:
     assert list_memory_ids(log.graph, active=False) == ["m1"]
     assert log.apply("MemoryRestored", {"memory_id": "m1"}) is Status.APPLIED
     assert sorted(list_memory_ids(log.graph, active=True)) == ["m1", "m2"]
-    assert log.apply("MemoryRestored", {"memory_id": "m1"}) is Status.REJECTED
+    again = {"event_id": "00000000-0000-4000-8000-000000000001"}  # a new restore, not a retry
+    assert log.apply("MemoryRestored", {"memory_id": "m1"}, **again) is Status.REJECTED
     assert "not superseded" in log.last_reason
     assert log.apply("MemoryForgotten", {"memory_id": "m2", "reason": "gdpr"}) is Status.APPLIED
     m2 = get_memory(log.graph, "m2")
