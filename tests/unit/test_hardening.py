@@ -1,0 +1,458 @@
+"""Regressions of the hostile-input probe (issue 6), one per defect class, on real stores.
+
+Each test names the item of the issue it keeps fixed. Events go through the same functions the
+projector and replay run (``handle_record``, ``TenantGraph.apply``); nothing here is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyoxigraph import NamedNode, Quad, Store
+
+from projections.graph import ASSERTED, CLOCK, INFERRED, Status, TenantGraph, e, time_literal
+from projections.graph import value_literal as literal_of
+from projections.read import get_memory
+from projections.stores import TenantStores
+from schemas.events import Actor, Event, InvalidEvent, Position, event_from_json
+from streams import codec, projector
+from streams.ingest import parse_lines
+from streams.producer import MAX_EVENT_BYTES
+from tests.factories import envelope, event, remembered
+
+NOBODY = {"user_id": None, "team_ids": []}
+ID = "00000000-0000-4000-8000-{:012x}".format
+
+
+class Log:
+    """One tenant's partition: events at increasing offsets, each at its own append time."""
+
+    def __init__(self, graph: TenantGraph) -> None:
+        self.graph, self.offset = graph, -1
+
+    def apply(self, ev: Event, *, timestamp_ms: int = 1_764_547_200_510) -> Status:
+        self.offset += 1
+        outcome = self.graph.apply(ev, Position(0, self.offset, timestamp_ms))
+        self.reason = outcome.reason
+        return outcome.status
+
+    def objects(self, s: NamedNode, p: NamedNode) -> list[str]:
+        return [str(o) for o in self.graph.objects(s, p)]
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Log:
+    return Log(TenantGraph(tmp_path / "graph"))
+
+
+# -- 1. one canonical form per literal -----------------------------------------------------------
+
+
+def _stored(term: Any) -> str:
+    """What the store gives back for ``term``: the canonical form."""
+    store = Store()
+    store.add(Quad(NamedNode("urn:s"), NamedNode("urn:p"), term))
+    return str(next(iter(store)).object)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9999, 1, 1), timezones=st.just(UTC)).map(
+        lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000)
+    )
+)
+def test_time_literals_are_written_in_the_stores_canonical_form(when: datetime) -> None:
+    lit = time_literal(when)
+    assert str(lit) == _stored(lit)
+    assert time_literal(when.astimezone(timezone_plus_5())) == lit  # one instant, one literal
+
+
+def timezone_plus_5() -> Any:
+    from datetime import timezone
+
+    return timezone(timedelta(hours=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.integers(-(2**63), 2**63 - 1),
+        st.booleans(),
+        st.text(),
+    )
+)
+def test_value_literals_are_written_in_the_stores_canonical_form(value: Any) -> None:
+    try:
+        value.encode("utf-8") if isinstance(value, str) else None
+    except UnicodeEncodeError:
+        return  # refused by validation before it can reach a literal (tested below)
+    lit = literal_of(value)
+    assert str(lit) == _stored(lit)
+
+
+def test_value_literals_refuse_non_finite_numbers() -> None:
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(InvalidEvent, match="finite"):
+            literal_of(bad)
+
+
+def test_two_identical_clock_ticks_keep_the_clock(log: Log) -> None:
+    tick = {"now": "2026-12-01T10:00:00.510Z"}
+    assert log.apply(event("ClockTicked", tick, event_id=ID(1))) is Status.APPLIED
+    assert log.apply(event("ClockTicked", tick, event_id=ID(2))) is Status.APPLIED
+    assert log.objects(CLOCK, e("now")) == [str(time_literal(datetime(2026, 12, 1, 10, 0, 0, 510_000, UTC)))]
+
+
+def test_a_kpi_posted_twice_with_the_same_time_keeps_observed_at(log: Log) -> None:
+    kpi = {"metric": "roas", "value": 2.5, "period": "2026-12"}
+    at = "2026-12-01T10:00:00.100Z"
+    log.apply(event("KpiObserved", kpi, event_id=ID(1), occurred_at=at))
+    log.apply(event("KpiObserved", kpi, event_id=ID(2), occurred_at=at))
+    k = NamedNode("urn:engram:kpi:roas")
+    assert len(log.objects(k, e("observedAt"))) == 1 and len(log.objects(k, e("value"))) == 1
+
+
+def test_revising_expiry_to_its_current_value_keeps_it(log: Log) -> None:
+    log.apply(event("MemoryRemembered", remembered("m1", expires_at="2027-01-01T00:00:00.500Z")))
+    same = {"memory_id": "m1", "changes": {"expires_at": "2027-01-01T00:00:00.5Z"}}
+    assert log.apply(event("MemoryRevised", same)) is Status.APPLIED
+    assert get_memory(log.graph, "m1")["expires_at"] == "2027-01-01T00:00:00.5Z"  # type: ignore[index]
+
+
+def test_remember_then_revise_at_the_same_append_time_keeps_updated_at(log: Log) -> None:
+    log.apply(event("MemoryRemembered", remembered("m1")), timestamp_ms=1_764_547_200_510)
+    log.apply(
+        event("MemoryRevised", {"memory_id": "m1", "changes": {"label": "x"}}), timestamp_ms=1_764_547_200_510
+    )
+    m = get_memory(log.graph, "m1")
+    assert m is not None and m["updated_at"] == "2025-12-01T00:00:00.51Z"
+
+
+# -- 2. exactly once by event id -----------------------------------------------------------------
+
+
+def test_the_same_event_id_twice_changes_nothing_whatever_its_offset(log: Log) -> None:
+    high = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"}, event_id=ID(1))
+    low = event("KpiObserved", {"metric": "roas", "value": 4.0, "period": "p"}, event_id=ID(2))
+    assert log.apply(high) is Status.APPLIED
+    assert log.apply(low) is Status.APPLIED
+    before = facts(log.graph)
+    again = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"}, event_id=ID(1))
+    assert log.apply(again) is Status.SKIPPED and "already applied" in log.reason
+    assert facts(log.graph) == before
+    assert log.objects(NamedNode("urn:engram:kpi:roas"), e("value")) == [str(literal_of(4.0))]
+
+
+def facts(graph: TenantGraph) -> set[Quad]:
+    return {*graph.quads(ASSERTED), *graph.quads(INFERRED)}
+
+
+def test_a_retry_with_a_new_default_time_is_the_same_event(log: Log) -> None:
+    line = envelope("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"})
+    first, second = event_from_json(dict(line)), event_from_json(dict(line))
+    assert first.event_id == second.event_id  # produce's default id: a uuid5 of the line
+    assert log.apply(first) is Status.APPLIED
+    assert log.apply(second) is Status.SKIPPED
+
+
+def test_an_event_id_reused_for_different_content_is_a_conflict(log: Log) -> None:
+    log.apply(event("MemoryRemembered", remembered("m1"), event_id=ID(7)))
+    reused = event("MemoryRemembered", remembered("m2"), event_id=ID(7))
+    assert log.apply(reused) is Status.REJECTED
+    assert "already used for a different event" in log.reason
+    assert get_memory(log.graph, "m2") is None
+
+
+def test_a_taken_memory_id_is_a_conflict(log: Log) -> None:
+    log.apply(event("MemoryRemembered", remembered("m1"), event_id=ID(1)))
+    assert (
+        log.apply(event("MemoryRemembered", remembered("m1", label="other"), event_id=ID(2)))
+        is Status.REJECTED
+    )
+    assert "already exists" in log.reason
+
+
+def test_event_ids_are_canonical() -> None:
+    upper = event("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, event_id=ID(10).upper())
+    assert upper.event_id == ID(10)
+    raw = Event(
+        ID(10).upper(),
+        "acme",
+        datetime.now(UTC),
+        Actor("a", "b"),
+        "system",
+        "ClockTicked",
+        {"now": datetime.now(UTC)},
+    )
+    with pytest.raises(InvalidEvent, match="canonical"):
+        from schemas.events import validate
+
+        validate(raw)
+
+
+# -- 3, 5, 6: the projector's decisions ----------------------------------------------------------
+
+
+def handle(
+    stores: TenantStores, key: bytes | None, value: bytes | None, offset: int
+) -> tuple[projector.Result, list[str]]:
+    letters: list[str] = []
+
+    async def sink(_k: Any, _v: Any, _h: Any, reason: str) -> None:
+        letters.append(reason)
+
+    rec = projector.Record(key, value, [], Position(0, offset, 1_764_547_200_000))
+    return asyncio.run(projector.handle_with_retries(rec, stores, sink)), letters
+
+
+def raw_event(ev: Event) -> bytes:
+    """Encode without the domain checks, as a hostile producer would."""
+    return codec.encode(ev)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (b"ghost", b"not avro", "missing C3 01"),
+        (b"ghost\n", b"x", "not a tenant id"),
+        (b"\xff\xfe", b"x", "not a tenant id"),
+        (None, b"x", "not a tenant id"),
+        (b"ghost", None, "missing C3 01"),
+        (
+            b"ghost",
+            raw_event(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"})),
+            "differs from record key",
+        ),
+        (
+            b"ghost",
+            raw_event(
+                event("MemoryRevised", {"memory_id": "nope", "changes": {"label": "x"}}, tenant="ghost")
+            ),
+            "unknown memory",
+        ),
+    ],
+)
+def test_a_refused_record_never_creates_a_tenant(
+    tmp_path: Path, key: bytes | None, value: bytes | None, reason: str
+) -> None:
+    stores = TenantStores(tmp_path)
+    result, letters = handle(stores, key, value, 0)
+    assert result.outcome.status is Status.REJECTED and len(letters) == 1 and reason in letters[0]
+    assert stores.tenants() == [] and not any(tmp_path.iterdir())
+
+
+def hostile(**payload: Any) -> Event:
+    """A KPI event whose payload skips the domain checks (as raw bytes on Kafka would)."""
+    base = {"metric": "roas", "value": 1.0, "period": "p"}
+    return Event(
+        ID(99),
+        "acme",
+        datetime(2026, 1, 1, tzinfo=UTC),
+        Actor("a", "r"),
+        "pipeline",
+        "KpiObserved",
+        {**base, **payload},
+    )
+
+
+@pytest.mark.parametrize(
+    ("ev", "reason"),
+    [
+        (hostile(metric="roas\n"), "metric must match"),
+        (hostile(value=math.nan), "finite"),
+        (hostile(value=math.inf), "finite"),
+        (
+            Event(
+                ID(98),
+                "acme",
+                datetime(2026, 1, 1, tzinfo=UTC),
+                Actor("a", "r"),
+                "operator",
+                "MemoryRemembered",
+                {**remembered("x\n"), "stakeholders": NOBODY},
+            ),
+            "memory_id must match",
+        ),
+        (
+            Event(
+                ID(97),
+                "acme",
+                datetime(2026, 1, 1, tzinfo=UTC),
+                Actor("a", "r"),
+                "operator",
+                "MemoryRemembered",
+                {**remembered("x", properties={"p\n": 1}), "stakeholders": NOBODY},
+            ),
+            "property name",
+        ),
+        (
+            Event(
+                ID(96),
+                "acme",
+                datetime(2026, 1, 1, tzinfo=UTC),
+                Actor("a", "r"),
+                "operator",
+                "StakeholderChanged",
+                {"user_id": "u\n", "team_ids": [], "role": "user"},
+            ),
+            "user_id must match",
+        ),
+    ],
+)
+def test_hostile_values_are_dead_lettered_at_once_and_the_tenant_goes_on(
+    tmp_path: Path, ev: Event, reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = TenantStores(tmp_path)
+    assert (
+        handle(stores, b"acme", raw_event(event("ClockTicked", {"now": "2026-01-01T00:00:00Z"})), 0)[
+            0
+        ].outcome.status
+        is Status.APPLIED
+    )
+    attempts = 0
+    original = projector.handle_record
+
+    async def counting(*args: Any) -> projector.Result:
+        nonlocal attempts
+        attempts += 1
+        return await original(*args)
+
+    monkeypatch.setattr(projector, "handle_record", counting)
+    value = codec.encode(ev)
+    result, letters = handle(stores, b"acme", value, 1)
+    assert result.outcome.status is Status.REJECTED and attempts == 1, "deterministic: not retried"
+    assert len(letters) == 1 and reason in letters[0]
+    graph = stores.get("acme")
+    assert graph is not None and graph.checkpoint() == Position(0, 1)
+    assert (
+        handle(stores, b"acme", raw_event(event("ClockTicked", {"now": "2026-01-02T00:00:00Z"})), 2)[
+            0
+        ].outcome.status
+        is Status.APPLIED
+    )
+
+
+def test_a_surrogate_encoded_in_the_avro_bytes_is_dead_lettered(tmp_path: Path) -> None:
+    data = codec.encode(hostile(period="SURR"))
+    data = data.replace(b"SURR", b"\xed\xa0\x80\x41")  # UTF-8 cannot carry a lone surrogate
+    stores = TenantStores(tmp_path)
+    result, letters = handle(stores, b"acme", data, 0)
+    assert result.outcome.status is Status.REJECTED and "corrupt Avro body" in letters[0]
+    assert stores.tenants() == []
+
+
+# -- 4. trailing bytes ---------------------------------------------------------------------------
+
+
+def test_a_frame_with_trailing_bytes_is_refused() -> None:
+    data = codec.encode(event("ClockTicked", {"now": "2026-01-01T00:00:00Z"}))
+    assert codec.decode(data).type == "ClockTicked"
+    for extra in (b"\x00", b"garbage", data):
+        with pytest.raises(codec.UndecodableEvent, match="unexpected bytes after the Avro record"):
+            codec.decode(data + extra)
+
+
+# -- 6, 7. ids, names and values at the domain layer (produce, Kafka, HTTP all call it) ----------
+
+
+@pytest.mark.parametrize(
+    ("etype", "payload", "extra", "reason"),
+    [
+        ("MemoryRemembered", remembered("x\n"), {}, "memory_id must match"),
+        ("MemoryRemembered", remembered("x", properties={"p\n": 1}), {}, "property name"),
+        ("MemoryRemembered", remembered("x", replaces="y\n"), {}, "replaces must match"),
+        ("KpiObserved", {"metric": "roas\n", "value": 1.0, "period": "p"}, {}, "metric must match"),
+        (
+            "SpendObserved",
+            {"platform": "meta\n", "amount": 1.0, "currency": "USD", "period": "p"},
+            {},
+            "platform must match",
+        ),
+        (
+            "SpendObserved",
+            {"platform": "meta", "amount": 1.0, "currency": "USD\n", "period": "p"},
+            {},
+            "currency",
+        ),
+        ("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, {"tenant": "probe-nl\n"}, "tenant must match"),
+        ("KpiObserved", {"metric": "roas", "value": math.nan, "period": "p"}, {}, "finite"),
+        ("KpiObserved", {"metric": "roas", "value": math.inf, "period": "p"}, {}, "finite"),
+        (
+            "KpiObserved",
+            {"metric": "roas", "value": True, "period": "p"},
+            {},
+            "value must be a finite number",
+        ),
+        ("MemoryRemembered", remembered("x", importance=True), {}, "importance must be an integer"),
+        ("MemoryRemembered", remembered("x", confidence=math.nan), {}, "finite"),
+        ("MemoryRemembered", remembered("x", properties={"goal": -math.inf}), {}, "finite"),
+        ("MemoryRemembered", remembered("x", label="\udc00"), {}, "lone surrogates"),
+        ("MemoryRemembered", remembered("x", properties={"\ud800": 1}), {}, "lone surrogates"),
+        ("MemoryRevised", {"memory_id": "x", "changes": {"confidence": math.inf}}, {}, "finite"),
+        ("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, {"actor": {"id": 5, "role": "r"}}, "actor must be"),
+        ("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, {"purpose": "\ud800"}, "lone surrogates"),
+    ],
+)
+def test_hostile_values_are_refused_with_a_reason(
+    etype: str, payload: dict, extra: dict, reason: str
+) -> None:
+    obj = {**envelope(etype, payload), **extra}
+    with pytest.raises(InvalidEvent, match=reason):
+        event_from_json(obj)
+
+
+def test_every_broken_rule_of_an_event_is_named() -> None:
+    with pytest.raises(InvalidEvent) as err:
+        event_from_json(
+            envelope("MemoryRemembered", remembered("bad id", importance=9, kind="wish", confidence=2))
+        )
+    text = str(err.value)
+    for part in (
+        "memory_id must match",
+        "importance must be an integer",
+        "kind must be one of",
+        "confidence",
+    ):
+        assert part in text
+
+
+# -- 11. engram produce --------------------------------------------------------------------------
+
+
+def test_produce_reports_every_bad_line_and_keeps_every_good_one() -> None:
+    good = envelope("ClockTicked", {"now": "2026-01-01T00:00:00Z"})
+    lines = [
+        json.dumps(good),
+        json.dumps(
+            envelope("MemoryRemembered", remembered("m1", embedding=["a"], embedding_model="m"))
+        ),  # Avro refuses
+        '{"type": "ClockTicked", "type": "KpiObserved"}',
+        json.dumps(envelope("MemoryRemembered", remembered("m2\n"))),
+        json.dumps(
+            envelope(
+                "MemoryRemembered",
+                remembered("m3", content="x" * 30_000, properties={f"p{i}": "y" * 30_000 for i in range(40)}),
+            )
+        ),
+        json.dumps(envelope("KpiObserved", {"metric": "roas", "value": math.nan, "period": "p"})),
+        "",
+        json.dumps(envelope("ClockTicked", {"now": "2026-01-02T00:00:00Z"})) + "\n",
+    ]
+    produced, failed = parse_lines(lines)
+    assert [n for n, _ in produced] == [1, 8]
+    reasons = dict(failed)
+    assert sorted(reasons) == [2, 3, 4, 5, 6]
+    assert "Avro schema" in reasons[2]
+    assert "repeated keys" in reasons[3]
+    assert "memory_id must match" in reasons[4]
+    assert f"the limit is {MAX_EVENT_BYTES:,}" in reasons[5]
+    assert "finite" in reasons[6]
