@@ -151,12 +151,13 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
         key: bytes | None, value: bytes | None, headers: Headers, reason: str, *, origin: Position
     ) -> None:
         extra = [
-            (codec.HEADER_REASON, reason.encode()),
+            (codec.HEADER_REASON, reason[:2000].encode("utf-8", "backslashreplace")),
             ("original-topic", settings.events_topic.encode()),
             ("original-partition", str(origin.partition).encode()),
             ("original-offset", str(origin.offset).encode()),
         ]
-        fut = await dead_letters.send(key=key, value=value, headers=[*headers, *extra])
+        kept = [(k, val) for k, val in headers if isinstance(k, str) and isinstance(val, bytes)]
+        fut = await dead_letters.send(key=key, value=value, headers=[*kept, *extra])
         await fut  # durable before the position moves past the record
         log.warning("dead-lettered %s@%d:%d: %s", key, origin.partition, origin.offset, reason)
 
