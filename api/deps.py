@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import uuid
+from collections import OrderedDict
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Request
+from fastapi import Depends, Header, HTTPException, Path, Request
 
+from api.errors import problem
+from api.models import anchored
 from api.runtime import Runtime
 from projections.graph import TenantGraph
 from schemas import vocabulary as v
@@ -19,17 +24,85 @@ CurrentRuntime = Annotated[Runtime, Depends(get_runtime)]
 
 TenantId = Annotated[
     str,
-    Path(pattern=v.TENANT_RE.pattern, description="Tenant id: lowercase letters, digits, _ and -"),
+    Path(pattern=anchored(v.TENANT_RE.pattern), description="Tenant id: lowercase letters, digits, _ and -"),
 ]
 
 
-def get_tenant_graph(tenant: TenantId, runtime: CurrentRuntime) -> TenantGraph | None:
-    """The tenant's graph, or None for a tenant with no events yet (reads then see nothing)."""
+class RecentWrites:
+    """Where this process last appended an event for each tenant, for read-your-writes."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self.keep = keep
+        self._last: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def note(self, tenant: str, partition: int, offset: int) -> None:
+        self._last[tenant] = (partition, offset)
+        self._last.move_to_end(tenant)
+        while len(self._last) > self.keep:
+            self._last.popitem(last=False)
+
+    def get(self, tenant: str) -> tuple[int, int] | None:
+        return self._last.get(tenant)
+
+
+def recent_writes(request: Request) -> RecentWrites:
+    return request.app.state.recent_writes  # type: ignore[no-any-return]
+
+
+Writes = Annotated[RecentWrites, Depends(recent_writes)]
+
+
+async def get_tenant_graph(tenant: TenantId, runtime: CurrentRuntime, writes: Writes) -> TenantGraph | None:
+    """The tenant's graph, or None for a tenant with no events yet (reads then see nothing).
+
+    Read-your-writes: a read first waits (at most ENGRAM_WAIT_TIMEOUT_S) until the projection has
+    handled the last event this process appended for the tenant, so a 202 is followed by a read
+    that sees it.
+    """
+    pos = writes.get(tenant)
+    if pos is not None and runtime.progress.last_offset.get(pos[0], -1) < pos[1]:
+        await runtime.progress.wait_for(pos[0], pos[1], runtime.settings.wait_timeout_s)
     return runtime.stores.get(tenant)
 
 
 TenantStore = Annotated[TenantGraph | None, Depends(get_tenant_graph)]
 
 
-def not_found(what: str) -> HTTPException:
-    return HTTPException(status_code=404, detail=f"{what} not found")
+def not_found(what: str, loc: list[str | int] | None = None) -> HTTPException:
+    return problem(404, f"{what} not found", loc or ["path"])  # type: ignore[no-any-return]
+
+
+# -- Idempotency-Key ---------------------------------------------------------------------------
+IDEMPOTENCY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:engram:idempotency-key")
+CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[ -~]+$",
+        description="Makes a retried write harmless: the event id is this UUID, or a UUIDv5 of the "
+        "tenant and this key. Printable ASCII, at most 255 characters.",
+    ),
+]
+
+
+def event_id_for(tenant: str, key: str | None, given: uuid.UUID | None) -> uuid.UUID | None:
+    """The event id of a write: the Idempotency-Key's, the body's ``event_id``, or None (minted)."""
+    if key is None:
+        return given
+    derived = (
+        uuid.UUID(key)
+        if CANONICAL_UUID.fullmatch(key)
+        else uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{key}")
+    )
+    if given is not None and given != derived:
+        raise problem(
+            422,
+            "the Idempotency-Key header and the body's event_id name different events",
+            ["header", "Idempotency-Key"],
+            "idempotency_key_mismatch",
+        )
+    return derived

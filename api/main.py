@@ -1,4 +1,4 @@
-"""The FastAPI app: routers collected, the runtime started in the lifespan, errors as 4xx reasons."""
+"""The FastAPI app: routers, the runtime started in the lifespan, request limits, one error shape."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
+from api import errors
+from api.deps import RecentWrites
+from api.limits import AllowedHosts, RequestLimits
 from api.routes import graph, health, kpis, memories
 from api.runtime import running
 from engram.settings import Settings
@@ -28,13 +30,15 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Governed, reasoning memory for AI agents",
         version="0.1.0",
         lifespan=lifespan,
+        responses=errors.responses(400, 408, 413),  # any request: Host, body time and size
     )
+    app.state.recent_writes = RecentWrites()
     for router in (health.router, memories.router, kpis.router, graph.router):
         app.include_router(router)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error; see the server log"}, status_code=500)
-
+    errors.install(app)
+    # Outermost last: the Host is checked first, then the body's size and time.
+    app.add_middleware(
+        RequestLimits, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s
+    )
+    app.add_middleware(AllowedHosts, allowed_hosts=settings.allowed_host_list)
     return app

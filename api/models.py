@@ -1,43 +1,124 @@
-"""Request and response models at the HTTP edge; limits are declared on the fields."""
+"""Request and response models at the HTTP edge; limits are declared on the fields.
+
+Requests are strict: JSON types are not coerced (``true`` is not 1, ``"0.5"`` is not a number),
+numbers must be finite (no NaN, Infinity or 1e309) and no string may hold a lone surrogate. Those
+rules live on :class:`EdgeModel` and the types below, so every request model inherits them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from schemas import vocabulary as v
+
+
+def anchored(regex: str) -> str:
+    """``regex`` as a full match in every engine that reads it (pydantic's and JSON Schema's)."""
+    core = regex.removeprefix("\\A").removeprefix("^")
+    for end in ("\\Z", "\\z", "$"):
+        core = core.removesuffix(end)
+    return f"^(?:{core})$"
+
+
+def _time_text(value: Any) -> Any:
+    if not isinstance(value, str | datetime):
+        raise PydanticCustomError("datetime_type", "Input should be an ISO-8601 date-time string")
+    return value
+
+
+# IRIs at the edge: no white space, control characters or delimiters, and every % an escape.
+_IRI_TAIL = r'(?:[^\x00-\x20<>"{}|^`\\%]|%[0-9A-Fa-f]{2})'
+IRI_PATTERN = rf"^[A-Za-z][A-Za-z0-9+.-]*:{_IRI_TAIL}*$"
+CLASS_PATTERN = rf"^(?::?[A-Z][A-Za-z0-9_]{{0,127}}|https?://{_IRI_TAIL}+)$"
+
+Float = Annotated[float, Strict()]  # a JSON number (integers included), never a bool or a string
+Timestamp = Annotated[datetime, BeforeValidator(_time_text)]  # a string, never a number of seconds
+Id = Annotated[StrictStr, Field(pattern=anchored(v.ID_RE.pattern))]
+Long = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # what Avro's long holds
 
 Kind = Literal["preference", "fact", "objective", "context"]
 Scope = Literal["user", "team", "company"]
 Source = Literal["agent", "extraction", "operator", "onboarding", "pipeline", "system"]
-PropertyValue = bool | int | float | str | None
+PropertyValue = StrictBool | Long | Float | Annotated[StrictStr, Field(max_length=32_768)] | None
+PropertyName = Annotated[StrictStr, Field(pattern=anchored(v.NAME_RE.pattern))]
+StatusValue = StrictInt | float | StrictStr
 
 
-class ActorIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str = Field(min_length=1, max_length=128)
-    role: str = Field(min_length=1, max_length=64)
+def _surrogates(value: Any, where: str) -> Iterator[str]:
+    """Where ``value`` holds a string with a lone surrogate (not Unicode, cannot be stored)."""
+    if isinstance(value, str):
+        if any("\ud800" <= ch <= "\udfff" for ch in value):
+            yield where or "body"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            shown = str(key).encode("utf-8", "backslashreplace").decode()[:64]
+            yield from _surrogates(key, f"{where}.{shown} (name)".lstrip("."))
+            yield from _surrogates(item, f"{where}.{shown}".lstrip("."))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _surrogates(item, f"{where}[{i}]")
 
 
-class Stakeholders(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    user_id: str | None = Field(None, max_length=128)
-    team_ids: list[str] = Field(default_factory=list, max_length=64)
+class EdgeModel(BaseModel):
+    """A request body: unknown fields refused, numbers finite, strings valid Unicode."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        for where in _surrogates(data, ""):
+            raise PydanticCustomError(
+                "string_unicode", "{where}: text must be valid Unicode (no lone surrogates)", {"where": where}
+            )
+        return data
 
 
-class Attribution(BaseModel):
+NON_BLANK = r"\S"  # at least one character that is not white space
+
+
+class ActorIn(EdgeModel):
+    id: StrictStr = Field(min_length=1, max_length=128, pattern=NON_BLANK)
+    role: StrictStr = Field(min_length=1, max_length=64, pattern=NON_BLANK)
+
+
+class Stakeholders(EdgeModel):
+    user_id: Id | None = None
+    team_ids: list[Id] = Field(default_factory=list, max_length=64)
+
+
+class StakeholdersOut(BaseModel):
+    user_id: str | None = None
+    team_ids: list[str] = Field(default_factory=list)
+
+
+class Attribution(EdgeModel):
     """Who writes and from where: every write is attributable."""
 
-    model_config = ConfigDict(extra="forbid")
-    event_id: UUID | None = Field(None, description="Idempotency key; a fresh UUID if absent.")
+    event_id: UUID | None = Field(
+        None, description="Idempotency key (or the Idempotency-Key header); a fresh UUID if absent."
+    )
     source: Source
     actor: ActorIn
-    occurred_at: datetime | None = Field(None, description="Valid time; defaults to now.")
-    purpose: str | None = Field(None, max_length=256)
-    correlation_id: str | None = Field(None, max_length=128)
+    occurred_at: Timestamp | None = Field(None, description="Valid time; defaults to now.")
+    purpose: StrictStr | None = Field(None, max_length=256)
+    correlation_id: StrictStr | None = Field(None, max_length=128)
 
     def envelope(self, event_type: str, tenant: str, payload: dict[str, Any]) -> dict[str, Any]:
         env = self.model_dump(
@@ -48,20 +129,25 @@ class Attribution(BaseModel):
 
 
 class MemoryCreate(Attribution):
-    memory_id: str | None = Field(None, pattern=v.ID_RE.pattern, description="Minted if absent.")
-    label: str = Field(min_length=1, max_length=512)
-    content: str = Field(min_length=1, max_length=32_768)
+    memory_id: Id | None = Field(None, description="Minted if absent.")
+    label: StrictStr = Field(min_length=1, max_length=512, pattern=NON_BLANK)
+    content: StrictStr = Field(min_length=1, max_length=32_768, pattern=NON_BLANK)
     kind: Kind
     scope: Scope = "company"
     stakeholders: Stakeholders = Field(default_factory=Stakeholders)
-    importance: int = Field(ge=1, le=5, description="1 Disabled, 2 Low, 3 Medium, 4 High, 5 Critical")
-    confidence: float = Field(1.0, ge=0, le=1)
-    expires_at: datetime | None = None
-    memory_class: str = Field("Memory", pattern=v.CLASS_RE.pattern)
-    properties: dict[str, PropertyValue] = Field(default_factory=dict, max_length=64)
-    embedding: list[float] | None = Field(None, max_length=4096)
-    embedding_model: str | None = Field(None, max_length=128)
-    replaces: str | None = Field(None, pattern=v.ID_RE.pattern)
+    importance: StrictInt = Field(ge=1, le=5, description="1 Disabled, 2 Low, 3 Medium, 4 High, 5 Critical")
+    confidence: Float = Field(1.0, ge=0, le=1)
+    expires_at: Timestamp | None = None
+    memory_class: StrictStr = Field(
+        "Memory",
+        max_length=2048,
+        pattern=CLASS_PATTERN,
+        description="A class of the ontology, by name (PerformanceTargetMemory) or IRI",
+    )
+    properties: dict[PropertyName, PropertyValue] = Field(default_factory=dict, max_length=64)
+    embedding: list[Float] | None = Field(None, min_length=1, max_length=4096)
+    embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
+    replaces: Id | None = None
     on_conflict: Literal["ask", "replace", "keep_both"] = "ask"
 
     def payload(self) -> dict[str, Any]:
@@ -72,9 +158,9 @@ class MemoryCreate(Attribution):
 
 
 class KpiCreate(Attribution):
-    metric: str = Field(pattern=v.NAME_RE.pattern, examples=["roas"])
-    value: float
-    period: str = Field(min_length=1, max_length=32, examples=["2026-12"])
+    metric: StrictStr = Field(pattern=anchored(v.NAME_RE.pattern), examples=["roas"])
+    value: Float
+    period: StrictStr = Field(min_length=1, max_length=32, examples=["2026-12"])
 
 
 class Accepted(BaseModel):
@@ -99,7 +185,7 @@ class MemoryPublic(BaseModel):
     content: str
     kind: str
     scope: str
-    stakeholders: Stakeholders
+    stakeholders: StakeholdersOut
     importance: int
     importance_name: str
     confidence: float
@@ -116,7 +202,10 @@ class MemoryPublic(BaseModel):
     active: bool
     lineage: list[str]
     classes: list[str] = Field(default_factory=list, description="Asserted and inferred classes")
-    statuses: dict[str, str] = Field(default_factory=dict, description="targetStatus, budgetStatus, ...")
+    statuses: dict[str, StatusValue] = Field(
+        default_factory=dict,
+        description="targetStatus and budgetStatus (strings), budgetPercent and liveRank (numbers)",
+    )
     conflicts_with: list[str] = Field(default_factory=list)
     derived: list[Derived] = Field(default_factory=list)
 

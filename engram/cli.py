@@ -47,12 +47,11 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.main import create_app
+    from api.server import uvicorn_config
 
     async def main() -> None:
-        config = uvicorn.Config(
-            create_app(settings), host=settings.api_host, port=settings.api_port, log_config=None
-        )
-        server = uvicorn.Server(config)
+        # Header and body read timeouts, header size limit and connection cap: see api/server.py.
+        server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
             await asyncio.sleep(0.1)
@@ -84,7 +83,10 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
     from streams.producer import EventProducer
 
     async def main() -> int:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        text = data.decode(
+            "utf-8", "surrogateescape"
+        )  # a line that is not UTF-8 fails alone, with its number
         async with EventProducer(settings) as producer:
             report = await produce_lines(producer, text.splitlines())
         for line, reason in report.failed:

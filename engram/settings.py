@@ -39,8 +39,22 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
     api_port: int = Field(8000, description="Port the HTTP API binds.")
     wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
+    max_body_bytes: int = Field(1_048_576, ge=1, description="Largest request body; more is a 413.")
+    max_header_bytes: int = Field(
+        16_384, ge=1024, description="Largest request line + headers; more is a 431."
+    )
+    header_timeout_s: float = Field(10.0, gt=0, description="Time a request's headers must arrive in.")
+    body_timeout_s: float = Field(30.0, gt=0, description="Time a request's body must arrive in (408).")
+    max_connections: int = Field(
+        1000, ge=1, description="Connections and requests in flight at once; more are answered 503."
+    )
+    allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
     log_level: str = Field("INFO", description="Log level of engram's loggers.")
+
+    @property
+    def allowed_host_list(self) -> list[str]:
+        return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()] or ["*"]
 
     @property
     def events_topic(self) -> str:

@@ -4,31 +4,51 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 from pyoxigraph import NamedNode
 
 from api.deps import TenantStore
+from api.errors import responses
+from api.models import IRI_PATTERN
 from projections.explain import inferred_about
 from projections.read import export_nquads
 
 router = APIRouter(prefix="/v1/tenants/{tenant}/graph", tags=["graph"])
 
 
-@router.get("", response_class=PlainTextResponse)
-async def export_graph(graph: TenantStore) -> PlainTextResponse:
-    body = export_nquads(graph) if graph is not None else ""
-    return PlainTextResponse(body, media_type="application/n-quads")
+class NQuadsResponse(PlainTextResponse):
+    media_type = "application/n-quads"
 
 
-@router.get("/inferred")
+@router.get(
+    "",
+    response_class=NQuadsResponse,
+    responses={
+        200: {"description": "Sorted N-Quads (UTF-8)"},
+        **responses(400, 408, 413, 422, json_content=True),
+    },
+)
+async def export_graph(graph: TenantStore) -> NQuadsResponse:
+    """The tenant's asserted and inferred facts and its checkpoint as sorted N-Quads."""
+    return NQuadsResponse(export_nquads(graph) if graph is not None else "")
+
+
+@router.get("/inferred", responses=responses(422))
 async def explain_subject(
     graph: TenantStore,
-    subject: Annotated[str, Query(description="An IRI, e.g. urn:engram:memory:ID or a class IRI")],
+    subject: Annotated[
+        str,
+        Query(
+            max_length=4096,
+            pattern=IRI_PATTERN,
+            description="An IRI, e.g. urn:engram:memory:ID or a class IRI",
+        ),
+    ],
 ) -> dict[str, Any]:
     """Every inferred fact about ``subject``, each with its rule and derivation tree."""
     try:
         node = NamedNode(subject)
-    except ValueError as exc:
-        raise HTTPException(status_code=422, detail=f"subject is not an IRI: {exc}") from exc
+    except ValueError:  # shaped like an IRI but not one: no fact can be about it
+        return {"subject": subject, "inferred": []}
     return {"subject": subject, "inferred": inferred_about(graph, node, depth=4) if graph is not None else []}

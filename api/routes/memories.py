@@ -2,43 +2,78 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
+from pyoxigraph import Literal, NamedNode
 
-from api.deps import CurrentRuntime, TenantId, TenantStore, not_found
-from api.models import Accepted, Kind, MemoriesPublic, MemoryCreate, MemoryPublic, Scope
+from api.deps import (
+    CurrentRuntime,
+    IdempotencyKey,
+    TenantId,
+    TenantStore,
+    Writes,
+    event_id_for,
+    get_tenant_graph,
+    not_found,
+)
+from api.errors import problem, responses
+from api.models import CLASS_PATTERN, Accepted, Kind, MemoriesPublic, MemoryCreate, MemoryPublic, Scope
 from api.writes import produce
-from projections.explain import derived_for_memory, inferred_about
-from projections.graph import TenantGraph, memory_iri
+from projections.explain import derived_for_memory, inferred_about, show
+from projections.graph import INFERRED, TenantGraph, memory_iri
 from projections.read import get_memory, list_memory_ids
 from schemas import vocabulary as v
 
 router = APIRouter(prefix="/v1/tenants/{tenant}/memories", tags=["memories"])
 
 
-@router.get("", response_model=MemoriesPublic)
+@router.get("", response_model=MemoriesPublic, responses=responses(422))
 async def list_memories(
     graph: TenantStore,
     kind: Kind | None = None,
     scope: Scope | None = None,
-    memory_class: Annotated[str | None, Query(alias="class", pattern=v.CLASS_RE.pattern)] = None,
+    memory_class: Annotated[str | None, Query(alias="class", max_length=2048, pattern=CLASS_PATTERN)] = None,
     active: bool | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> MemoriesPublic:
-    if memory_class is not None and not v.valid_iri(v.class_iri(memory_class)):
-        raise HTTPException(
-            status_code=422, detail=f"class is not a valid class name or IRI: {memory_class!r}"
-        )
-    if graph is None:
-        return MemoriesPublic(data=[], count=0)
+    if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
+        return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
     page = [get_memory(graph, i) for i in ids[offset : offset + limit]]
     return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=len(ids))
 
 
 STATUS_PREDICATES = ("targetStatus", "budgetStatus", "budgetPercent", "liveRank")
+INTEGERS = {v.XSD + t for t in ("integer", "int", "long", "short", "nonNegativeInteger", "positiveInteger")}
+DECIMALS = {v.XSD + t for t in ("decimal", "double", "float")}
+
+
+def typed(term: object) -> int | float | str:
+    """A status literal as JSON: numbers as numbers (a finite one), everything else as text."""
+    if isinstance(term, Literal):
+        try:
+            if term.datatype.value in INTEGERS:
+                return int(term.value)
+            if term.datatype.value in DECIMALS:
+                number = float(term.value)
+                if math.isfinite(number):
+                    return int(number) if number.is_integer() and "." not in term.value else number
+        except ValueError:
+            pass
+        return term.value
+    return show(term)
+
+
+def statuses(graph: TenantGraph, memory_id: str) -> dict[str, int | float | str]:
+    m = memory_iri(memory_id)
+    out: dict[str, int | float | str] = {}
+    for name in STATUS_PREDICATES:
+        for q in graph.store.quads_for_pattern(m, NamedNode(v.ENGRAM + name), None, INFERRED):
+            out[name] = typed(q.object)
+    return out
 
 
 def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
@@ -47,13 +82,13 @@ def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
     return MemoryPublic(
         **memory,
         classes=classes,
-        statuses={d["predicate"]: d["value"] for d in derived if d["predicate"] in STATUS_PREDICATES},
+        statuses=statuses(graph, memory["id"]),
         conflicts_with=sorted(d["value"] for d in derived if d["predicate"] == "conflictsWith"),
         derived=derived,
     )
 
 
-@router.get("/{memory_id}", response_model=MemoryPublic)
+@router.get("/{memory_id}", response_model=MemoryPublic, responses=responses(404, 422))
 async def read_memory(graph: TenantStore, memory_id: str) -> MemoryPublic:
     """One memory with its derived statuses, each explained by its rule and inputs."""
     found = get_memory(graph, memory_id) if graph is not None else None
@@ -62,7 +97,7 @@ async def read_memory(graph: TenantStore, memory_id: str) -> MemoryPublic:
     return with_derived(graph, found)
 
 
-@router.get("/{memory_id}/derivations")
+@router.get("/{memory_id}/derivations", responses=responses(404, 422))
 async def derivations(graph: TenantStore, memory_id: str) -> dict[str, Any]:
     """Every inferred fact about a memory with full derivation trees down to asserted facts."""
     if graph is None or get_memory(graph, memory_id) is None:
@@ -70,13 +105,24 @@ async def derivations(graph: TenantStore, memory_id: str) -> dict[str, Any]:
     return {"memory_id": memory_id, "inferred": inferred_about(graph, memory_iri(memory_id), depth=4)}
 
 
-@router.post("", response_model=Accepted, status_code=202)
+WRITE_RESPONSES = responses(409, 413, 422, 503, 504)
+
+
+@router.post("", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
 async def remember(
-    tenant: TenantId, body: MemoryCreate, runtime: CurrentRuntime, wait: bool = False
+    tenant: TenantId,
+    body: MemoryCreate,
+    runtime: CurrentRuntime,
+    writes: Writes,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
 ) -> Accepted:
     """Validate and append MemoryRemembered; with ``wait=true`` answer once it is readable."""
+    body = body.model_copy(update={"event_id": event_id_for(tenant, idempotency_key, body.event_id)})
     if body.replaces is not None:
-        graph = runtime.stores.get(tenant)
+        graph = await get_tenant_graph(tenant, runtime, writes)
         if graph is None or get_memory(graph, body.replaces) is None:
-            raise HTTPException(status_code=422, detail=f"replaces: unknown memory {body.replaces}")
-    return await produce(runtime, body.envelope("MemoryRemembered", tenant, body.payload()), wait=wait)
+            raise problem(422, f"replaces: unknown memory {body.replaces}", ["body", "replaces"])
+    accepted = await produce(runtime, body.envelope("MemoryRemembered", tenant, body.payload()), wait=wait)
+    writes.note(tenant, accepted.partition, accepted.offset)
+    return accepted

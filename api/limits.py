@@ -1,0 +1,149 @@
+"""Request limits as pure ASGI middleware: body size, body read time, allowed Host names.
+
+* ``RequestLimits``: a declared ``Content-Length`` over the limit is answered 413 before a byte
+  of the body is read; a chunked (or lying) body is counted as it is received and refused with
+  413 as soon as it passes the limit. The whole body must arrive within ``body_timeout_s`` of the
+  request's start, or the answer is 408 and the connection is closed.
+* ``AllowedHosts``: Starlette's ``TrustedHostMiddleware`` matching (``*``, ``*.example.com``),
+  answered in the API's one error shape.
+
+Both errors raised while the app reads the body are ``HTTPException`` subclasses, so FastAPI lets
+them through to the API's error handler; if they escape anyway, the middleware answers itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import body as error_body
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            413,
+            [
+                {
+                    "loc": ["body"],
+                    "msg": f"request body over the limit of {limit} bytes (ENGRAM_MAX_BODY_BYTES)",
+                    "type": "payload_too_large",
+                }
+            ],
+        )
+
+
+class BodyTimeout(HTTPException):
+    def __init__(self, timeout: float) -> None:
+        super().__init__(
+            408,
+            [
+                {
+                    "loc": ["body"],
+                    "msg": f"request body not received within {timeout:g}s (ENGRAM_BODY_TIMEOUT_S)",
+                    "type": "request_timeout",
+                }
+            ],
+            headers={"Connection": "close"},
+        )
+
+
+async def send_error(send: Send, exc: HTTPException) -> None:
+    payload = json.dumps(error_body(exc.detail, exc.status_code), ensure_ascii=True).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (exc.headers or {}).items()]
+    await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class RequestLimits:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, body_timeout_s: float) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes:
+            await send_error(send, BodyTooLarge(self.max_body_bytes))
+            return
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
+        received = 0
+        body_done = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, body_done
+            if body_done:  # later receives wait for a disconnect: no deadline on those
+                return await receive()
+            try:
+                async with asyncio.timeout(max(deadline - loop.time(), 0)):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.body_timeout_s) from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise BodyTooLarge(self.max_body_bytes)
+                body_done = not message.get("more_body", False)
+            else:
+                body_done = True
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except (BodyTooLarge, BodyTimeout) as exc:
+            if started:
+                raise
+            await send_error(send, exc)
+
+
+class AllowedHosts(TrustedHostMiddleware):
+    """The Host allow-list; a request for another host is a 400 in the one error shape."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        super().__init__(app, allowed_hosts=allowed_hosts, www_redirect=False)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.allow_any or scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = Headers(scope=scope).get("host", "")
+        host = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host.split(":")[0]
+        if any(
+            host == pattern or (pattern.startswith("*") and host.endswith(pattern[1:]))
+            for pattern in self.allowed_hosts
+        ):
+            await self.app(scope, receive, send)
+            return
+        shown: Any = host[:100]
+        await send_error(
+            send,
+            HTTPException(
+                400,
+                [
+                    {
+                        "loc": ["header", "host"],
+                        "msg": f"host {shown!r} is not served here (ENGRAM_ALLOWED_HOSTS)",
+                        "type": "invalid_host",
+                    }
+                ],
+            ),
+        )
