@@ -146,7 +146,7 @@ def responses(*statuses: int, json_content: bool = False) -> dict[int | str, dic
     (FastAPI would document a ``model`` under the route's media type).
     """
     words = {
-        400: "Malformed request (e.g. a Host not in ENGRAM_ALLOWED_HOSTS)",
+        400: "Malformed request: a body that cannot be parsed, or a Host not in ENGRAM_ALLOWED_HOSTS",
         404: "Not found",
         405: "Method not allowed; the Allow header lists the methods of the path",
         408: "The request body did not arrive within ENGRAM_BODY_TIMEOUT_S",
