@@ -304,7 +304,7 @@ def test_shape_violations_are_422_before_anything_is_produced(server: Server) ->
         properties={"platform": "meta"},
     )
     assert r.status_code == 422
-    assert ":amount is required" in r.json()["detail"]
+    assert ":amount is required" in r.text
     r = remember(server, "acme", memory_class="GhostMemory")
     assert r.status_code == 422 and "unknown class :GhostMemory" in r.text
     assert httpx.get(f"{server.url}/v1/tenants/acme/memories").json()["count"] == 0

@@ -54,6 +54,10 @@ def test_produce_reports_bad_lines_and_produces_good_ones(settings: Settings, tm
     assert "urn:engram:memory:m2" not in replay.stdout
     assert '<urn:engram:kpi:roas> <https://engram.dev/ns#value> "3.1"' in replay.stdout
 
+    again = engram(settings, "produce", str(path))  # the same file twice: the same events, skipped
+    assert again.returncode == 1 and "produced 3 events; 2 lines failed" in again.stdout
+    assert facts(engram(settings, "replay", "acme").stdout) == facts(replay.stdout)
+
     ok = engram(settings, "produce", "-", stdin=lines[0] + "\n")
     assert ok.returncode == 0 and "produced 1 events; 0 lines failed" in ok.stdout
 
@@ -86,3 +90,43 @@ def test_kafka_status_and_tools(settings: Settings) -> None:
     assert f"PartitionCount: {settings.events_partitions}" in topics.stdout
     again = engram(settings, "kafka", "start")  # idempotent: reuses the broker that answers
     assert again.returncode == 0 and "took 0.0s" in again.stdout
+
+
+def facts(nquads: str) -> list[str]:
+    """The tenant's facts without the projection's position (which moves with every record)."""
+    return [line for line in nquads.splitlines() if not line.startswith("<urn:engram:projection>")]
+
+
+def test_produce_reports_every_hostile_line_and_produces_the_rest(settings: Settings, tmp_path: Path) -> None:
+    good = json.dumps(envelope("ClockTicked", {"now": "2026-12-01T00:00:00Z"}, tenant="acme")).encode()
+    lines = [
+        good,
+        json.dumps(envelope("MemoryRemembered", remembered("m1\n"), tenant="acme")).encode(),
+        json.dumps(
+            envelope("KpiObserved", {"metric": "roas", "value": float("nan"), "period": "p"})
+        ).encode(),
+        b'{"type": "ClockTicked", "type": "KpiObserved"}',
+        b'{"type": "ClockTicked", "tenant": "acme", "note": "\xff\xfe not utf-8"}',
+        json.dumps(
+            envelope("MemoryRemembered", remembered("m2", embedding=["x"], embedding_model="m"))
+        ).encode(),
+        json.dumps(
+            envelope("MemoryRemembered", remembered("m3", importance=9, kind="wish"), tenant="acme")
+        ).encode(),
+        json.dumps(envelope("ClockTicked", {"now": "2026-12-02T00:00:00Z"}, tenant="acme")).encode(),
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    done = engram(settings, "produce", str(path))
+    assert done.returncode == 1, done.stderr
+    assert "produced 2 events; 6 lines failed" in done.stdout, done.stdout
+    reasons = {
+        int(line.split(":")[1]): line for line in done.stderr.splitlines() if line.startswith(str(path))
+    }
+    assert sorted(reasons) == [2, 3, 4, 5, 6, 7]
+    assert "memory_id must match" in reasons[2]
+    assert "finite" in reasons[3]
+    assert "repeated keys" in reasons[4]
+    assert "valid Unicode" in reasons[5] or "unknown envelope fields" in reasons[5]
+    assert "Avro schema" in reasons[6]
+    assert "importance must be an integer" in reasons[7] and "kind must be one of" in reasons[7]
