@@ -26,6 +26,7 @@ from projections.graph import (
     rejection_reason,
 )
 from schemas.events import Conflict, Event, InvalidEvent, event_from_json
+from streams import codec
 from streams.producer import EventTooLarge, encode_checked
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,11 @@ log = logging.getLogger(__name__)
 
 async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> Accepted:
     try:
-        event = event_from_json(envelope)
-        encode_checked(event)
+        # decided on as the projector will see it: decoded from its bytes, Avro defaults filled in
+        event = codec.decode(encode_checked(event_from_json(envelope)))
     except EventTooLarge as exc:
         raise HTTPException(status_code=413, detail=str(exc)) from exc
-    except InvalidEvent as exc:
+    except (InvalidEvent, codec.UndecodableEvent) as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
     graph = runtime.stores.get(event.tenant)
     try:

@@ -175,7 +175,11 @@ def hostile_records(
             ),
             "user_id must match",
         ),
-        (tenant.encode(), raw("KpiObserved", kpi, tenant=tenant, event_id=uid(1).upper()), "already used for a"),
+        (
+            tenant.encode(),
+            raw("KpiObserved", kpi, tenant=tenant, event_id=uid(1).upper()),
+            "already used for a",
+        ),
         (
             tenant.encode(),
             valid("KpiObserved", {**kpi, "value": 9.0}, tenant=tenant, event_id=uid(1)),
@@ -425,6 +429,9 @@ def test_a_retried_write_is_applied_once_and_a_reused_id_is_409(server: Server) 
     )
     reused = post(server, "kpis", {**low, "value": 1.0})
     assert reused.status_code == 409 and "already used for a different event" in reused.text
+    note = {**WHO, "event_id": uid(3), "label": "L", "content": "C", "kind": "fact", "importance": 3}
+    created = post(server, "memories", note)
+    assert created.status_code == 202 and post(server, "memories", note).json() == created.json()
     again = post(server, "memories", {**target, "label": "other"})
     assert again.status_code == 409 and "already exists" in again.text
 
