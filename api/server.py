@@ -11,6 +11,7 @@ armed once per phase, so dripping a byte at a time does not extend it.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import h11
@@ -20,6 +21,7 @@ from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 from api.errors import body as error_body
 from engram.settings import Settings
 
+HEAD_END = re.compile(rb"\r?\n\r?\n")
 BODY_GRACE_S = 1.0  # the app answers 408 at body_timeout_s; the protocol closes a little later
 
 
@@ -82,6 +84,29 @@ class TimedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """Refuse a request head over ENGRAM_MAX_HEADER_BYTES (431), whole or in pieces.
+
+        h11's own limit only counts an incomplete head, so a large head that arrives in one piece
+        would pass; this counts the head however it arrives.
+        """
+        limit = self.config.h11_max_incomplete_event_size
+        if limit is not None and self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE:
+            head = self.conn.trailing_data[0] + data
+            end = HEAD_END.search(head)
+            if (end is None and len(head) > limit) or (end is not None and end.start() > limit):
+                self._unset_keepalive_if_required()
+                self._disarm()
+                self._write_error(
+                    431,
+                    "header_too_large",
+                    f"request headers over {limit} bytes (ENGRAM_MAX_HEADER_BYTES)",
+                    raw=True,
+                )
+                self.transport.close()
+                return
+        super().data_received(data)
 
     def handle_events(self) -> None:
         super().handle_events()
