@@ -16,6 +16,7 @@ import random
 import statistics
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -55,7 +56,9 @@ def workload(n: int, tenants: int, seed: int = 7) -> list[dict]:
         else:
             payload = {"metric": "roas", "value": round(rng.uniform(1, 5), 2), "period": "2026-12"}
             out.append({"type": "KpiObserved", "payload": payload})
-        out[-1].update(tenant=tenant, source="pipeline", actor=ACTOR)
+        # every line its own event: without an id two equal KPI lines would be one event, applied once
+        event_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        out[-1].update(tenant=tenant, source="pipeline", actor=ACTOR, event_id=event_id)
     return out
 
 
