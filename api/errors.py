@@ -154,6 +154,7 @@ def responses(*statuses: int, json_content: bool = False) -> dict[int | str, dic
         "or the projection rejected the event",
         413: "The request body is over ENGRAM_MAX_BODY_BYTES, or the event over the broker's message size",
         422: "Invalid input",
+        431: "Request line and headers over ENGRAM_MAX_HEADER_BYTES",
         503: "The event log is unavailable",
         504: "Accepted, but not applied within ENGRAM_WAIT_TIMEOUT_S",
     }

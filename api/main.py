@@ -30,7 +30,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Governed, reasoning memory for AI agents",
         version="0.1.0",
         lifespan=lifespan,
-        responses=errors.responses(400, 408, 413),  # any request: Host, body time and size
+        responses=errors.responses(400, 408, 413, 431),  # any request: Host, body time and size, head size
     )
     app.state.recent_writes = RecentWrites()
     for router in (health.router, memories.router, kpis.router, graph.router):

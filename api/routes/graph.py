@@ -26,7 +26,7 @@ class NQuadsResponse(PlainTextResponse):
     response_class=NQuadsResponse,
     responses={
         200: {"description": "Sorted N-Quads (UTF-8)"},
-        **responses(400, 408, 413, 422, json_content=True),
+        **responses(400, 408, 413, 422, 431, json_content=True),
     },
 )
 async def export_graph(graph: TenantStore) -> NQuadsResponse:
@@ -40,7 +40,7 @@ async def explain_subject(
     subject: Annotated[
         str,
         Query(
-            max_length=4096,
+            max_length=1024,  # percent-encoded, still well under ENGRAM_MAX_HEADER_BYTES
             pattern=IRI_PATTERN,
             description="An IRI, e.g. urn:engram:memory:ID or a class IRI",
         ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from pyoxigraph import Literal, NamedNode
 
 from api.deps import (
@@ -19,7 +19,16 @@ from api.deps import (
     not_found,
 )
 from api.errors import problem, responses
-from api.models import CLASS_PATTERN, Accepted, Kind, MemoriesPublic, MemoryCreate, MemoryPublic, Scope
+from api.models import (
+    CLASS_PATTERN,
+    Accepted,
+    Kind,
+    MemoriesPublic,
+    MemoryCreate,
+    MemoryPublic,
+    Scope,
+    anchored,
+)
 from api.writes import produce
 from projections.explain import derived_for_memory, inferred_about, show
 from projections.graph import INFERRED, TenantGraph, memory_iri
@@ -28,13 +37,15 @@ from schemas import vocabulary as v
 
 router = APIRouter(prefix="/v1/tenants/{tenant}/memories", tags=["memories"])
 
+MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A memory id")]
+
 
 @router.get("", response_model=MemoriesPublic, responses=responses(422))
 async def list_memories(
     graph: TenantStore,
     kind: Kind | None = None,
     scope: Scope | None = None,
-    memory_class: Annotated[str | None, Query(alias="class", max_length=2048, pattern=CLASS_PATTERN)] = None,
+    memory_class: Annotated[str | None, Query(alias="class", max_length=1024, pattern=CLASS_PATTERN)] = None,
     active: bool | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -89,7 +100,7 @@ def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
 
 
 @router.get("/{memory_id}", response_model=MemoryPublic, responses=responses(404, 422))
-async def read_memory(graph: TenantStore, memory_id: str) -> MemoryPublic:
+async def read_memory(graph: TenantStore, memory_id: MemoryId) -> MemoryPublic:
     """One memory with its derived statuses, each explained by its rule and inputs."""
     found = get_memory(graph, memory_id) if graph is not None else None
     if graph is None or found is None:
@@ -98,7 +109,7 @@ async def read_memory(graph: TenantStore, memory_id: str) -> MemoryPublic:
 
 
 @router.get("/{memory_id}/derivations", responses=responses(404, 422))
-async def derivations(graph: TenantStore, memory_id: str) -> dict[str, Any]:
+async def derivations(graph: TenantStore, memory_id: MemoryId) -> dict[str, Any]:
     """Every inferred fact about a memory with full derivation trees down to asserted facts."""
     if graph is None or get_memory(graph, memory_id) is None:
         raise not_found(f"memory {memory_id}")
