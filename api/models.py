@@ -43,10 +43,24 @@ def _time_text(value: Any) -> Any:
 
 
 # IRIs at the edge: no white space, control characters or delimiters, and every % an escape.
-_IRI_TAIL = r'(?:[^\x00-\x20<>"{}|^`\\%]|%[0-9A-Fa-f]{2})'
+# Non-ASCII only where RFC 3987 allows it outside a query: no C1 controls, private use or
+# noncharacters, and no code point beyond the BMP.
+_IRI_TAIL = (
+    r'(?:[^\x00-\x20<>"{}|^`\\%\x7f-\x9f\ue000-\uf8ff\ufdd0-\ufdef\ufff0-\uffff\U00010000-\U0010ffff]'
+    r"|%[0-9A-Fa-f]{2})"
+)
 IRI_PATTERN = rf"^[A-Za-z][A-Za-z0-9+.-]*:{_IRI_TAIL}*$"
 CLASS_PATTERN = rf"^(?::?[A-Z][A-Za-z0-9_]{{0,127}}|https?://{_IRI_TAIL}+)$"
 
+
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON Schema means it: 3 or 3.0, never true or "3"."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[StrictInt, BeforeValidator(_json_integer)]
 Float = Annotated[float, Strict()]  # a JSON number (integers included), never a bool or a string
 Timestamp = Annotated[datetime, BeforeValidator(_time_text)]  # a string, never a number of seconds
 Id = Annotated[StrictStr, Field(pattern=anchored(v.ID_RE.pattern))]
@@ -90,7 +104,9 @@ class EdgeModel(BaseModel):
         return data
 
 
-NON_BLANK = r"\S"  # at least one character that is not white space
+# At least one character Python's str.strip() keeps, read the same by pydantic's and JSON Schema's
+# regex engines (\x1c-\x1f and \x85 are white space to Python only, \ufeff to ECMAScript only).
+NON_BLANK = r"[^\s\x1c-\x1f\x85]|\uFEFF"
 
 
 class ActorIn(EdgeModel):
@@ -129,13 +145,15 @@ class Attribution(EdgeModel):
 
 
 class MemoryCreate(Attribution):
+    model_config = ConfigDict(json_schema_extra={"dependentRequired": {"embedding": ["embedding_model"]}})
+
     memory_id: Id | None = Field(None, description="Minted if absent.")
     label: StrictStr = Field(min_length=1, max_length=512, pattern=NON_BLANK)
     content: StrictStr = Field(min_length=1, max_length=32_768, pattern=NON_BLANK)
     kind: Kind
     scope: Scope = "company"
     stakeholders: Stakeholders = Field(default_factory=Stakeholders)
-    importance: StrictInt = Field(ge=1, le=5, description="1 Disabled, 2 Low, 3 Medium, 4 High, 5 Critical")
+    importance: Int = Field(ge=1, le=5, description="1 Disabled, 2 Low, 3 Medium, 4 High, 5 Critical")
     confidence: Float = Field(1.0, ge=0, le=1)
     expires_at: Timestamp | None = None
     memory_class: StrictStr = Field(
@@ -149,6 +167,12 @@ class MemoryCreate(Attribution):
     embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
     replaces: Id | None = None
     on_conflict: Literal["ask", "replace", "keep_both"] = "ask"
+
+    @model_validator(mode="after")
+    def _embedding_has_a_model(self) -> MemoryCreate:
+        if self.embedding is not None and self.embedding_model is None:
+            raise PydanticCustomError("missing", "an embedding needs embedding_model")
+        return self
 
     def payload(self) -> dict[str, Any]:
         return self.model_dump(

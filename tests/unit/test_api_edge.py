@@ -131,7 +131,7 @@ def test_validation_errors_never_echo_the_input(api: TestClient) -> None:
     [
         (MEMORIES, {"importance": True}),
         (MEMORIES, {"importance": "3"}),
-        (MEMORIES, {"importance": 3.0}),
+        (MEMORIES, {"importance": 3.5}),
         (MEMORIES, {"confidence": "0.5"}),
         (MEMORIES, {"confidence": True}),
         (MEMORIES, {"label": 5}),
@@ -139,6 +139,9 @@ def test_validation_errors_never_echo_the_input(api: TestClient) -> None:
         (MEMORIES, {"properties": {"goal": {"a": 1}}}),
         (MEMORIES, {"properties": {"goal": 2**64}}),
         (MEMORIES, {"embedding": [True], "embedding_model": "m"}),
+        (MEMORIES, {"embedding": [0.5]}),
+        (MEMORIES, {"actor": {"id": "\x1d", "role": "r"}}),
+        (MEMORIES, {"memory_class": "http://x/\x9e"}),
         (MEMORIES, {"expires_at": 1_800_000_000}),
         (MEMORIES, {"occurred_at": 0}),
         (MEMORIES, {"stakeholders": {"user_id": 7}, "scope": "user"}),
@@ -159,6 +162,7 @@ def test_strict_models_still_take_what_json_means() -> None:
     from api.models import KpiCreate, MemoryCreate
 
     kpi = KpiCreate.model_validate({**KPI, "value": 3})  # an integer is a number
+    assert MemoryCreate.model_validate({**MEMORY, "importance": 4.0}).importance == 4  # JSON Schema's integer
     assert kpi.value == 3.0 and isinstance(kpi.value, float)
     m = MemoryCreate.model_validate(
         {**MEMORY, "confidence": 1, "properties": {"a": True, "b": 2, "c": 2.5, "d": "x", "e": None}}
