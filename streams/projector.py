@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import faust
+from aiokafka.errors import MessageSizeTooLargeError
 
 from engram.settings import Settings
 from projections.graph import PLAN_ERRORS, NoFacts, Outcome, Status, checked_plan, rejection_reason
@@ -23,6 +24,7 @@ from projections.stores import TenantStores
 from schemas import vocabulary as v
 from schemas.events import InvalidEvent, Position, validate
 from streams import codec
+from streams.topics import DEAD_LETTER_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,18 @@ async def handle_with_retries(record: Record, stores: TenantStores, sink: DeadLe
     raise AssertionError("unreachable")
 
 
+DROPPED_HEADER = "dead-letter-dropped"
+
+
+def too_large(exc: BaseException | None) -> bool:
+    """Whether the broker or the client refused a record for its size, anywhere in the chain."""
+    while exc is not None:
+        if isinstance(exc, MessageSizeTooLargeError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> faust.App:
     """The projector: one agent over the events topic, dead letters as a topic of their own."""
     app = faust.App(
@@ -136,6 +150,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_max_request_size=DEAD_LETTER_MAX_BYTES,
         topic_replication_factor=1,
         topic_partitions=settings.events_partitions,
         broker_commit_every=200,
@@ -157,9 +172,21 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
             ("original-offset", str(origin.offset).encode()),
         ]
         kept = [(k, val) for k, val in headers if isinstance(k, str) and isinstance(val, bytes)]
-        fut = await dead_letters.send(key=key, value=value, headers=[*kept, *extra])
-        await fut  # durable before the position moves past the record
-        log.warning("dead-lettered %s@%d:%d: %s", key, origin.partition, origin.offset, reason)
+        try:
+            fut = await dead_letters.send(key=key, value=value, headers=[*kept, *extra])
+            await fut  # durable before the position moves past the record
+        except Exception as exc:
+            if not too_large(exc):
+                raise
+            # a record at the broker's size limit plus our headers can exceed it (older topics
+            # lack the larger dead-letter limit): keep the reason and where the bytes still are
+            size = len(value or b"") + sum(len(val) for _, val in kept)
+            dropped = (DROPPED_HEADER, f"{size} bytes of value and headers; read them at the origin".encode())
+            fut = await dead_letters.send(
+                key=key[:1024] if key else key, value=None, headers=[*extra, dropped]
+            )
+            await fut
+        log.warning("dead-lettered %r@%d:%d: %s", key, origin.partition, origin.offset, reason[:500])
 
     @app.agent(events, name="project_tenant_events")
     async def project_tenant_events(stream: faust.StreamT) -> None:

@@ -13,6 +13,9 @@ from engram.settings import Settings
 log = logging.getLogger(__name__)
 
 LOG_FOREVER = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"}
+# A dead letter is the original record plus the reason headers, so it may exceed what an event
+# may be (``streams.producer.MAX_REQUEST_BYTES``); its topic and producer allow 4 MiB.
+DEAD_LETTER_MAX_BYTES = 4 * 1_048_576
 
 
 def topic_specs(settings: Settings) -> list[NewTopic]:
@@ -20,7 +23,12 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
     return [
         NewTopic(settings.events_topic, n, r, topic_configs=dict(LOG_FOREVER)),
         NewTopic(settings.conversations_topic, n, r, topic_configs=dict(LOG_FOREVER)),
-        NewTopic(settings.dead_letters_topic, 1, r, topic_configs=dict(LOG_FOREVER)),
+        NewTopic(
+            settings.dead_letters_topic,
+            1,
+            r,
+            topic_configs={**LOG_FOREVER, "max.message.bytes": str(DEAD_LETTER_MAX_BYTES)},
+        ),
     ]
 
 

@@ -22,15 +22,17 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engram.harness import Server
+from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from projections.read import export_nquads
 from schemas.events import Actor, Event
 from streams import codec
 from streams.replay import replay_tenant
+from streams.topics import ensure_topics
 from tests.factories import event, remembered
 
 pytestmark = pytest.mark.integration
@@ -56,8 +58,11 @@ def valid(etype: str, payload: dict[str, Any], *, tenant: str, event_id: str, **
 
 
 async def produce(settings: Settings, records: list[tuple[bytes | None, bytes | None]]) -> None:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all"
+    producer = AIOKafkaProducer(  # allows what the broker allows, more than engram's producer does
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        max_request_size=1_100_000,
     )
     await producer.start()
     try:
@@ -121,6 +126,7 @@ def hostile_records(
         (tenant.encode(), frame + b"\x00trailing", "unexpected bytes after the Avro record"),
         (tenant.encode(), surrogate, "corrupt Avro body"),
         (tenant.encode(), None, "missing C3 01"),
+        (tenant.encode(), b"\xc3\x01" + b"x" * 1_048_300, "unknown writer schema"),  # at the broker's limit
         (tenant.encode() + b"\n", frame, "not a tenant id"),
         (b"\xff\xfe", frame, "not a tenant id"),
         (None, frame, "not a tenant id"),
@@ -441,3 +447,35 @@ def test_parallel_creates_of_one_memory_id_are_one_202_and_the_rest_409(server: 
     with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
         codes = list(pool.map(lambda _: post(server, "memories", body).status_code, range(50)))
     assert sorted(codes) == [202] + [409] * 49, codes
+
+
+def test_a_dead_letter_too_large_for_an_old_dead_letter_topic_keeps_its_reason(
+    broker: Settings, tmp_path: Path
+) -> None:
+    """A dead-letter topic created before its 4 MiB limit refuses the biggest records' copies: the
+    dead letter then carries the reason and the origin without the bytes, and the stream goes on."""
+    s = isolated_settings(broker, tmp_path / "data")
+
+    async def old_topics() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(s.dead_letters_topic, 1, 1)])
+        finally:
+            await admin.close()
+        await ensure_topics(s)
+
+    asyncio.run(old_topics())
+    srv = Server(s, tmp_path / "server.log").start()
+    try:
+        srv.wait_ready()
+        tick = valid("ClockTicked", {"now": "2026-11-01T00:00:00Z"}, tenant="big", event_id=uid(1))
+        asyncio.run(produce(s, [(b"big", b"\xc3\x01" + b"x" * 1_048_470), (b"big", tick)]))
+        srv.wait_ready(timeout=30)
+        (letter,) = asyncio.run(dead_letters(s, 1))
+        assert letter[1] is None and b"unknown writer schema" in letter[2]["dead-letter-reason"]
+        assert letter[2]["dead-letter-dropped"].startswith(b"1048472 bytes")
+        assert "<urn:engram:clock> <https://engram.dev/ns#now>" in live(srv, "big")
+        assert "retrying" not in srv.log_path.read_text()
+    finally:
+        srv.stop()
