@@ -18,6 +18,7 @@ from engram.settings import Settings
 from projections.graph import TenantGraph
 from projections.knowledge import load_knowledge
 from projections.stores import TenantStores
+from schemas import vocabulary as v
 from schemas.events import Position
 from streams.projector import Headers, Record, handle_with_retries
 from streams.topics import partition_count
@@ -37,6 +38,8 @@ async def replay_tenant(
 
     None when no event of the tenant applies (the tenant does not exist at that point).
     """
+    if not v.full_match(v.TENANT_RE, tenant):
+        raise ValueError(f"not a tenant id: {tenant!r} (must match {v.TENANT_RE.pattern})")
     partitions = await partition_count(settings, settings.events_topic)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     stores = TenantStores(root, knowledge=knowledge)

@@ -130,3 +130,9 @@ def test_produce_reports_every_hostile_line_and_produces_the_rest(settings: Sett
     assert "valid Unicode" in reasons[5] or "unknown envelope fields" in reasons[5]
     assert "Avro schema" in reasons[6]
     assert "importance must be an integer" in reasons[7] and "kind must be one of" in reasons[7]
+
+
+def test_replay_refuses_what_is_not_a_tenant_id(settings: Settings) -> None:
+    for bad in ("acme\n", "Bad Tenant", "../etc"):
+        done = engram(settings, "replay", bad)
+        assert done.returncode == 1 and "not a tenant id" in done.stderr, done.stderr
