@@ -162,7 +162,11 @@ class MemoryCreate(Attribution):
         pattern=CLASS_PATTERN,
         description="A class of the ontology, by name (PerformanceTargetMemory) or IRI",
     )
-    properties: dict[PropertyName, PropertyValue] = Field(default_factory=dict, max_length=64)
+    properties: dict[PropertyName, PropertyValue] = Field(
+        default_factory=dict,
+        max_length=64,
+        json_schema_extra={"additionalProperties": False},  # a name off the pattern is refused
+    )
     embedding: list[Float] | None = Field(None, min_length=1, max_length=4096)
     embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
     replaces: Id | None = None
