@@ -258,9 +258,12 @@ def _show(value: Any) -> str:
 
 
 def _hostile_values(value: Any, where: str) -> Iterator[str]:
-    """Non-finite numbers and strings that are not valid Unicode (lone surrogates), anywhere."""
+    """Non-finite numbers, integers Avro's long cannot hold (a union would turn them into doubles)
+    and strings that are not valid Unicode (lone surrogates), anywhere."""
     if isinstance(value, float) and not math.isfinite(value):
         yield f"{where}: numbers must be finite, got {value!r}"
+    elif isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        yield f"{where}: integers must fit in 64 bits, got {_show(value)}"
     elif isinstance(value, str):
         try:
             value.encode("utf-8")

@@ -396,6 +396,8 @@ def test_a_frame_with_trailing_bytes_is_refused() -> None:
         ("MemoryRemembered", remembered("x", confidence=math.nan), {}, "finite"),
         ("MemoryRemembered", remembered("x", properties={"goal": -math.inf}), {}, "finite"),
         ("MemoryRemembered", remembered("x", label="\udc00"), {}, "lone surrogates"),
+        ("MemoryRemembered", remembered("x", properties={"big": 10**30}), {}, "64 bits"),
+        ("MemoryRevised", {"memory_id": "x", "property_changes": {"big": -(2**63) - 1}}, {}, "64 bits"),
         ("MemoryRemembered", remembered("x", properties={"\ud800": 1}), {}, "lone surrogates"),
         ("MemoryRevised", {"memory_id": "x", "changes": {"confidence": math.inf}}, {}, "finite"),
         ("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, {"actor": {"id": 5, "role": "r"}}, "actor must be"),
