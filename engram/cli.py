@@ -88,7 +88,7 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
             "utf-8", "surrogateescape"
         )  # a line that is not UTF-8 fails alone, with its number
         async with EventProducer(settings) as producer:
-            report = await produce_lines(producer, text.splitlines())
+            report = await produce_lines(producer, [line.removesuffix("\r") for line in text.split("\n")])
         for line, reason in report.failed:
             print(f"{args.file}:{line}: {reason}", file=sys.stderr)
         print(f"produced {report.produced} events; {len(report.failed)} lines failed")
