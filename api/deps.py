@@ -7,12 +7,13 @@ import uuid
 from collections import OrderedDict
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Path, Request
+from fastapi import Depends, Header, HTTPException, Path, Query, Request
 
 from api.errors import problem
 from api.models import anchored
 from api.runtime import Runtime
 from projections.graph import TenantGraph
+from projections.visibility import Principal
 from schemas import vocabulary as v
 
 
@@ -106,3 +107,28 @@ def event_id_for(tenant: str, key: str | None, given: uuid.UUID | None) -> uuid.
             "idempotency_key_mismatch",
         )
     return derived
+
+
+# -- the principal -----------------------------------------------------------------------------
+Teams = Annotated[
+    list[Annotated[str, Query(max_length=128)]],
+    Query(max_length=64, description="The user's teams: repeated, or comma separated"),
+]
+
+
+def get_principal(
+    user: Annotated[
+        str | None, Query(max_length=128, pattern=anchored(v.ID_RE.pattern), description="Who is asking")
+    ] = None,
+    teams: Teams = [],  # noqa: B006 (FastAPI copies defaults)
+) -> Principal:
+    """Who is asking. Until bearer tokens land this is what the request names; every read that
+    filters by visibility takes it from here, so tokens replace this one function."""
+    names = [t.strip() for item in teams for t in item.split(",") if t.strip()]
+    for name in names:
+        if not v.full_match(v.ID_RE, name):
+            raise problem(422, f"not a team id: {name[:64]!r}", ["query", "teams"], "string_pattern_mismatch")
+    return Principal(user=user, teams=frozenset(names))
+
+
+CurrentPrincipal = Annotated[Principal, Depends(get_principal)]

@@ -13,6 +13,8 @@ from engram.settings import Settings
 from projections.knowledge import load_knowledge
 from projections.progress import Progress
 from projections.stores import TenantStores
+from streams.embedder import Embedder, load_embedder
+from streams.indexer import Indexer
 from streams.lag import LagMonitor
 from streams.producer import EventProducer
 from streams.projector import create_app
@@ -26,6 +28,8 @@ class Runtime:
     settings: Settings
     stores: TenantStores
     progress: Progress
+    embedder: Embedder
+    indexer: Indexer
     producer: EventProducer
     projector: faust.App
     lag: LagMonitor
@@ -36,24 +40,36 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     """Start producer, projector (Faust, in this event loop) and lag monitor; stop them after."""
     await ensure_topics(settings)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
-    stores = TenantStores(settings.tenants_dir, max_open=settings.max_open_stores, knowledge=knowledge)
+    embedder = load_embedder(settings.embedder)
+    stores = TenantStores(
+        settings.tenants_dir,
+        max_open=settings.max_open_stores,
+        knowledge=knowledge,
+        vectors=(embedder.name, embedder.dim),
+    )
     progress = Progress()
+    indexer = Indexer(stores, progress)
     runtime = Runtime(
         settings=settings,
         stores=stores,
         progress=progress,
+        embedder=embedder,
+        indexer=indexer,
         producer=EventProducer(settings),
-        projector=create_app(settings, stores, progress),
+        projector=create_app(settings, stores, indexer),
         lag=LagMonitor(settings),
     )
+    embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
     await runtime.lag.start()
+    await indexer.start()
     await runtime.projector.start()
     log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
     try:
         yield runtime
     finally:
         await runtime.projector.stop()
+        await indexer.stop()
         await runtime.lag.stop()
         await runtime.producer.stop()
         stores.close()

@@ -64,6 +64,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _seed_demo(settings: Settings) -> None:
+    from streams.embedder import load_embedder
     from streams.ingest import produce_lines
     from streams.producer import EventProducer
 
@@ -72,13 +73,14 @@ async def _seed_demo(settings: Settings) -> None:
         return
     lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
     async with EventProducer(settings) as producer:
-        report = await produce_lines(producer, lines)
+        report = await produce_lines(producer, lines, load_embedder(settings.embedder))
     log.info("seeded demo tenant acme with %d events", report.produced)
     base = f"http://{settings.api_host}:{settings.api_port}"
     print(f"\nengram is up on {base}; try:\n  curl -s {base}/v1/tenants/acme/memories\n", flush=True)
 
 
 def _produce(settings: Settings, args: argparse.Namespace) -> int:
+    from streams.embedder import load_embedder
     from streams.ingest import produce_lines
     from streams.producer import EventProducer
 
@@ -87,8 +89,10 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
         text = data.decode(
             "utf-8", "surrogateescape"
         )  # a line that is not UTF-8 fails alone, with its number
+        embedder = None if args.no_embed else load_embedder(settings.embedder)
+        lines = [line.removesuffix("\r") for line in text.split("\n")]
         async with EventProducer(settings) as producer:
-            report = await produce_lines(producer, [line.removesuffix("\r") for line in text.split("\n")])
+            report = await produce_lines(producer, lines, embedder)
         for line, reason in report.failed:
             print(f"{args.file}:{line}: {reason}", file=sys.stderr)
         print(f"produced {report.produced} events; {len(report.failed)} lines failed")
@@ -115,6 +119,47 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
         Path(args.out).write_text(out)
     else:
         sys.stdout.write(out)
+    return 0
+
+
+def _rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
+    """Both search indexes of a tenant from its graph, with a progress bar (the server must be
+    stopped: a store has one opener)."""
+    import time
+
+    from projections.knowledge import load_knowledge
+    from projections.stores import TenantStores
+    from streams.embedder import load_embedder
+
+    embedder = load_embedder(settings.embedder)
+    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    stores = TenantStores(settings.tenants_dir, knowledge=knowledge, vectors=(embedder.name, embedder.dim))
+    if not stores.exists(args.tenant):
+        print(f"engram rebuild-index: no tenant {args.tenant!r} in {settings.tenants_dir}", file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    indexes = stores.indexes(args.tenant)
+    assert indexes is not None
+
+    def tick(done: int, total: int) -> None:
+        width = 40
+        filled = width * done // max(total, 1)
+        rate = done / max(time.monotonic() - started, 1e-9)
+        print(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} memories, {rate:.0f}/s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    count = indexes.rebuild(tick=tick)
+    indexes.commit(indexes.graph.checkpoint(), save_vectors=True)
+    print(file=sys.stderr)
+    print(
+        f"rebuilt {args.tenant}: {indexes.text.count()} documents, {indexes.vectors.count()} vectors "
+        f"({embedder.name}) from {count} memories in {time.monotonic() - started:.1f}s"
+    )
+    stores.close()
     return 0
 
 
@@ -150,11 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("produce", help="append events from a JSON-lines file ('-' for stdin)")
     pr.add_argument("file")
+    pr.add_argument(
+        "--no-embed",
+        action="store_true",
+        help="do not embed new memories that carry no embedding (they are then found by BM25 only)",
+    )
 
     r = sub.add_parser("replay", help="rebuild a tenant from the log; print its facts as N-Quads")
     r.add_argument("tenant")
     r.add_argument("--as-of", help="only events the log recorded at or before this ISO time")
     r.add_argument("--out", help="write the N-Quads here instead of stdout")
+
+    ri = sub.add_parser(
+        "rebuild-index", help="rebuild a tenant's text and vector indexes from its graph (server stopped)"
+    )
+    ri.add_argument("tenant")
 
     b = sub.add_parser("bench", help="run bench/NAME.py (prints JSON)")
     b.add_argument("name")
@@ -166,7 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = load_settings()
     setup_logging(settings.log_level)
-    handlers = {"kafka": _kafka, "serve": _serve, "produce": _produce, "replay": _replay, "bench": _bench}
+    handlers = {
+        "kafka": _kafka,
+        "serve": _serve,
+        "produce": _produce,
+        "replay": _replay,
+        "rebuild-index": _rebuild_index,
+        "bench": _bench,
+    }
     try:
         return handlers[args.command](settings, args)
     except KeyboardInterrupt:

@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     )
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    embedder: str = Field(
+        "minilm", description="Embedding model: minilm (all-MiniLM-L6-v2, offline) or hashing[-DIM]."
+    )
+    context_confidence_floor: float = Field(
+        0.5, ge=0, le=1, description="Least confidence of a top-tier memory in the context."
+    )
     log_level: str = Field("INFO", description="Log level of engram's loggers.")
 
     @property

@@ -8,10 +8,12 @@ both or neither, and an event at or below the checkpoint is skipped: redelivery 
 
 from __future__ import annotations
 
+import base64
 import enum
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +33,7 @@ INFERRED = NamedNode(v.GRAPH_INFERRED)
 ONTOLOGY = NamedNode(v.GRAPH_ONTOLOGY)
 REMOVED = NamedNode("urn:engram:graph:removed")  # scratch, only during a rule update
 META = NamedNode(v.GRAPH_META)
+VECTORS = NamedNode(v.GRAPH_VECTORS)  # a memory's embedding; invisible to the rules
 GRAPHS = Graphs(base=(ASSERTED, ONTOLOGY), inferred=INFERRED, removed=REMOVED)
 RDF_TYPE = NamedNode(v.RDF_TYPE)
 XSD_DATETIME = NamedNode(v.XSD + "dateTime")
@@ -79,6 +82,11 @@ def time_literal(value: datetime) -> Literal:
     return Literal(f"{whole}.{fraction}Z" if fraction else f"{whole}Z", datatype=XSD_DATETIME)
 
 
+def vector_literal(vector: Sequence[float]) -> Literal:
+    """An embedding as one literal: base64 of little-endian float32, the form the index reads."""
+    return Literal(base64.b64encode(array("f", vector).tobytes()).decode("ascii"))
+
+
 def value_literal(value: Any) -> Literal:
     """A typed literal for a property value: boolean, integer, double or string, canonical."""
     if isinstance(value, float):
@@ -107,6 +115,8 @@ class GraphState(Protocol):
     def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]: ...
 
     def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]: ...
+
+    def vectors(self, subject: NamedNode) -> list[Term]: ...
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,7 @@ def plan(event: Event, position: Position, state: GraphState) -> Delta:
         case "MemoryForgotten":
             m = _existing(state, p["memory_id"])
             b.replace(m, e("content"), Literal(REDACTED))
+            b.removes.extend(Quad(m, e("embedding"), o, VECTORS) for o in state.vectors(m))
             b.replace(m, e("forgotten"), Literal(True))
             b.replace(m, e("forgottenAt"), time_literal(event.occurred_at))
             if p.get("reason"):
@@ -259,6 +270,8 @@ def _remember(b: _Builder, event: Event, recorded: datetime) -> None:
             b.add(m, e(name), value_literal(value))
     if p.get("embedding_model"):
         b.add(m, e("embeddingModel"), Literal(p["embedding_model"]))
+    if p.get("embedding"):
+        b.adds.append(Quad(m, e("embedding"), vector_literal(p["embedding"]), VECTORS))
     b.add(m, e("source"), Literal(event.source))
     b.add(m, e("actor"), Literal(event.actor.id))
     b.add(m, e("actorRole"), Literal(event.actor.role))
@@ -298,6 +311,9 @@ class NoFacts:
         return []
 
     def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
+        return []
+
+    def vectors(self, subject: NamedNode) -> list[Term]:
         return []
 
 
@@ -374,6 +390,9 @@ class TenantGraph:
 
     def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
         return [(q.predicate, q.object) for q in self.store.quads_for_pattern(subject, None, None, ASSERTED)]  # type: ignore[misc]
+
+    def vectors(self, subject: NamedNode) -> list[Term]:
+        return [q.object for q in self.store.quads_for_pattern(subject, e("embedding"), None, VECTORS)]  # type: ignore[misc]
 
     def _meta(self, name: str) -> Term | None:
         found = list(self.store.quads_for_pattern(PROJECTION, e(name), None, META))

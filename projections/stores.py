@@ -7,6 +7,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from projections.graph import TenantGraph
+from projections.indexes import TenantIndexes
 from projections.knowledge import Knowledge, load_knowledge
 from schemas import vocabulary as v
 
@@ -14,11 +15,21 @@ from schemas import vocabulary as v
 class TenantStores:
     """Opens each tenant's graph at most once per process (RocksDB allows one opener)."""
 
-    def __init__(self, root: Path, *, max_open: int = 256, knowledge: Knowledge | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_open: int = 256,
+        knowledge: Knowledge | None = None,
+        vectors: tuple[str, int] | None = None,
+    ) -> None:
+        """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes."""
         self.root = root
         self.max_open = max_open
         self.knowledge = knowledge or load_knowledge()
+        self.vectors = vectors
         self._open: OrderedDict[str, TenantGraph] = OrderedDict()
+        self._indexes: dict[str, TenantIndexes] = {}
 
     def _path(self, tenant: str) -> Path:
         if not v.full_match(v.TENANT_RE, tenant):
@@ -43,9 +54,24 @@ class TenantStores:
             graph = TenantGraph(self._path(tenant), self.knowledge)
         self._open[tenant] = graph
         while len(self._open) > self.max_open:
-            _, evicted = self._open.popitem(last=False)
+            name, evicted = self._open.popitem(last=False)
+            if (indexes := self._indexes.pop(name, None)) is not None:
+                indexes.close()
             evicted.flush()
         return graph
+
+    def indexes(self, tenant: str) -> TenantIndexes | None:
+        """The tenant's search indexes (caught up with its graph when opened); None without a store."""
+        if self.vectors is None:
+            return None
+        graph = self.get(tenant)
+        if graph is None:
+            return None
+        found = self._indexes.get(tenant)
+        if found is None or found.graph is not graph:
+            model, dim = self.vectors
+            found = self._indexes[tenant] = TenantIndexes(graph.path.parent, graph, model, dim)
+        return found
 
     def tenants(self) -> list[str]:
         if not self.root.is_dir():
@@ -53,6 +79,9 @@ class TenantStores:
         return sorted(p.name for p in self.root.iterdir() if (p / "graph").is_dir())
 
     def close(self) -> None:
+        for indexes in self._indexes.values():
+            indexes.close()
+        self._indexes.clear()
         for graph in self._open.values():
             graph.flush()
         self._open.clear()

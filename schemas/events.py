@@ -20,6 +20,8 @@ from typing import Any
 from schemas import vocabulary as v
 
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c1a52-58a9-4f55-9d0e-0b1b8f4f2a11")
+MAX_EMBEDDING_DIM = 4096
+FLOAT32_MAX = 3.4028234663852886e38  # an Avro float; beyond it a component would be stored as inf
 
 
 class InvalidEvent(ValueError):
@@ -370,6 +372,11 @@ def _validate_remembered(c: _Problems, p: Mapping[str, Any]) -> None:
         c.require(
             len(emb) > 0 and p.get("embedding_model") is not None,
             "an embedding needs a non-empty vector and embedding_model",
+        )
+        c.require(len(emb) <= MAX_EMBEDDING_DIM, f"an embedding has at most {MAX_EMBEDDING_DIM} dimensions")
+        c.require(
+            all(isinstance(x, int | float) and math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in emb),
+            "an embedding's components must be finite 32-bit floats",
         )
 
 

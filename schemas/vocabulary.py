@@ -14,6 +14,7 @@ GRAPH_ASSERTED: Final = "urn:engram:graph:asserted"
 GRAPH_INFERRED: Final = "urn:engram:graph:inferred"
 GRAPH_META: Final = "urn:engram:graph:meta"
 GRAPH_ONTOLOGY: Final = "urn:engram:graph:ontology"
+GRAPH_VECTORS: Final = "urn:engram:graph:vectors"
 
 KINDS: Final = ("preference", "fact", "objective", "context")
 SCOPES: Final = ("user", "team", "company")
@@ -69,7 +70,7 @@ MEMORY_PREDICATES: Final = frozenset(
         "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
         "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source", "actor",
         "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy", "forgotten",
-        "forgottenAt", "forgottenReason", "memoryClass",
+        "forgottenAt", "forgottenReason", "memoryClass", "embedding",
     }
 )  # fmt: skip
 # Predicates the rules derive about a memory.

@@ -19,11 +19,11 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from engram.settings import Settings
 from projections.graph import PLAN_ERRORS, NoFacts, Outcome, Status, checked_plan, rejection_reason
-from projections.progress import Progress
 from projections.stores import TenantStores
 from schemas import vocabulary as v
 from schemas.events import InvalidEvent, Position, validate
 from streams import codec
+from streams.indexer import Indexer
 from streams.topics import DEAD_LETTER_MAX_BYTES
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,11 @@ class Record:
 class Result:
     tenant: str | None
     outcome: Outcome
+    memory_ids: tuple[str, ...] = ()  # memories whose searchable text or vector the event changed
+
+
+# The events that change what the search indexes hold of a memory (text, vector, or erasure).
+INDEXED_EVENTS = frozenset({"MemoryRemembered", "MemoryRevised", "MemoryForgotten"})
 
 
 def record_tenant(key: bytes | None) -> str | None:
@@ -92,7 +97,8 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
     outcome = graph.apply(event, record.position)
     if outcome.status is Status.REJECTED:
         await dead_letter(record.key, record.value, record.headers, outcome.reason or "rejected")
-    return Result(tenant, outcome)
+    touched = outcome.status is Status.APPLIED and event.type in INDEXED_EVENTS
+    return Result(tenant, outcome, (event.payload["memory_id"],) if touched else ())
 
 
 MAX_ATTEMPTS = 5
@@ -139,8 +145,12 @@ def too_large(exc: BaseException | None) -> bool:
     return False
 
 
-def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> faust.App:
-    """The projector: one agent over the events topic, dead letters as a topic of their own."""
+def create_app(settings: Settings, stores: TenantStores, indexer: Indexer) -> faust.App:
+    """The projector: one agent over the events topic, dead letters as a topic of their own.
+
+    Each handled record goes to the indexer, which reports it (to ``?wait=true``, reads and
+    readiness) once it is also searchable.
+    """
     app = faust.App(
         settings.projector_group(),
         broker=f"kafka://{settings.kafka_bootstrap}",
@@ -208,6 +218,6 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress) -> 
                 await send_dead_letter(key, value, headers, reason, origin=_pos)
 
             result = await handle_with_retries(record, stores, sink)
-            progress.record(result.tenant, position.partition, position.offset, result.outcome)
+            indexer.submit(result.tenant, position, result.outcome, result.memory_ids)
 
     return app

@@ -34,6 +34,7 @@ from projections.explain import derived_for_memory, inferred_about, show
 from projections.graph import INFERRED, TenantGraph, memory_iri
 from projections.read import get_memory, list_memory_ids
 from schemas import vocabulary as v
+from streams.embedder import embedding_text
 
 router = APIRouter(prefix="/v1/tenants/{tenant}/memories", tags=["memories"])
 
@@ -130,6 +131,11 @@ async def remember(
 ) -> Accepted:
     """Validate and append MemoryRemembered; with ``wait=true`` answer once it is readable."""
     body = body.model_copy(update={"event_id": event_id_for(tenant, idempotency_key, body.event_id)})
+    if body.embedding is None:  # embedded once, here: the vector travels in the event
+        vector = runtime.embedder.embed([embedding_text(body.label, body.content)])[0]
+        body = body.model_copy(
+            update={"embedding": [float(x) for x in vector], "embedding_model": runtime.embedder.name}
+        )
     if body.replaces is not None:
         graph = await get_tenant_graph(tenant, runtime, writes)
         if graph is None or get_memory(graph, body.replaces) is None:

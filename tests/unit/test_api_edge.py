@@ -26,6 +26,7 @@ from engram.settings import load_settings
 from projections.knowledge import DEFAULT_RULES_DIR
 from projections.rules.syntax import load_rules
 from schemas import vocabulary as v
+from streams.embedder import load_embedder
 
 WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
 MEMORY = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3}
@@ -40,6 +41,7 @@ def client(**settings: Any) -> TestClient:
         stores=SimpleNamespace(get=lambda tenant: None),
         progress=SimpleNamespace(last_offset={}),
         settings=load_settings(),
+        embedder=load_embedder("hashing"),
     )
     return TestClient(app, raise_server_exceptions=False)
 

@@ -436,7 +436,7 @@ def test_produce_reports_every_bad_line_and_keeps_every_good_one() -> None:
         json.dumps(good),
         json.dumps(
             envelope("MemoryRemembered", remembered("m1", embedding=["a"], embedding_model="m"))
-        ),  # Avro refuses
+        ),  # not a vector of numbers
         '{"type": "ClockTicked", "type": "KpiObserved"}',
         json.dumps(envelope("MemoryRemembered", remembered("m2\n"))),
         json.dumps(
@@ -453,7 +453,7 @@ def test_produce_reports_every_bad_line_and_keeps_every_good_one() -> None:
     assert [n for n, _ in produced] == [1, 8]
     reasons = dict(failed)
     assert sorted(reasons) == [2, 3, 4, 5, 6]
-    assert "Avro schema" in reasons[2]
+    assert "finite 32-bit floats" in reasons[2]  # the domain rules see it before Avro
     assert "repeated keys" in reasons[3]
     assert "memory_id must match" in reasons[4]
     assert f"the limit is {MAX_EVENT_BYTES:,}" in reasons[5]

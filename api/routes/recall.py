@@ -1,0 +1,207 @@
+"""Recall, the per-turn context, and the memory tool an agent writes with."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from api.deps import CurrentPrincipal, CurrentRuntime, TenantId, TenantStore
+from api.errors import problem, responses
+from api.models import (
+    CLASS_PATTERN,
+    ContextAnswer,
+    Fusion,
+    Kind,
+    RecallAnswer,
+    RecallHit,
+    RecallRequest,
+    Signals,
+    anchored,
+)
+from api.routes.memories import statuses
+from api.runtime import Runtime
+from projections.context import ContextOptions, build_context
+from projections.graph import TenantGraph
+from projections.memory_tool import memory_tool
+from projections.recall import RecallQuery, class_weights, recall
+from projections.visibility import Principal
+from schemas import vocabulary as v
+
+router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["recall"])
+
+
+def _timing(response: Response, **phases: float) -> None:
+    """Where the time went, as a standard Server-Timing header (milliseconds)."""
+    response.headers["Server-Timing"] = ", ".join(f"{k};dur={ms:.2f}" for k, ms in phases.items())
+
+
+def _recall(
+    runtime: Runtime,
+    tenant: str,
+    graph: TenantGraph | None,
+    body: RecallRequest,
+    who: Principal,
+    response: Response,
+) -> RecallAnswer:
+    indexes = runtime.stores.indexes(tenant) if graph is not None else None
+    if indexes is None:
+        return RecallAnswer(data=[], tokens=0)
+    started = time.perf_counter()
+    vector = runtime.embedder.embed([body.q])[0] if body.fusion != "bm25" else None
+    embedded = time.perf_counter()
+    query = RecallQuery(
+        q=body.q,
+        limit=body.limit,
+        budget_tokens=body.budget_tokens,
+        kinds=frozenset(body.kind),
+        classes=frozenset(v.class_iri(c) for c in body.memory_class),
+        min_importance=body.min_importance,
+        min_confidence=body.min_confidence,
+        fusion=body.fusion,
+    )
+    knowledge = runtime.stores.knowledge
+    hits = recall(
+        indexes,
+        query,
+        who,
+        vector,
+        count_tokens=runtime.embedder.count_tokens,
+        class_weight=class_weights(knowledge.ontology),
+    )
+    data = [
+        RecallHit(
+            id=h.memory.id,
+            label=h.memory.label,
+            content=h.memory.content,
+            kind=h.memory.kind,
+            scope=h.memory.scope,
+            importance=h.memory.importance,
+            confidence=h.memory.confidence,
+            memory_class=h.memory.memory_class,
+            statuses=statuses(indexes.graph, h.memory.id),
+            score=round(h.score, 6),
+            signals=Signals(**h.signals),  # type: ignore[arg-type]
+            tokens=h.tokens,
+        )
+        for h in hits
+    ]
+    done = time.perf_counter()
+    _timing(response, embed=(embedded - started) * 1e3, search=(done - embedded) * 1e3)
+    return RecallAnswer(data=data, tokens=sum(h.tokens for h in hits))
+
+
+@router.post("/recall", response_model=RecallAnswer, responses=responses(422))
+async def recall_post(
+    tenant: TenantId,
+    body: RecallRequest,
+    graph: TenantStore,
+    runtime: CurrentRuntime,
+    who: CurrentPrincipal,
+    response: Response,
+) -> RecallAnswer:
+    """Structurally eligible memories (visible, active, not expired, importance ≥ 2 by default),
+    ranked by BM25 and vector similarity fused, with recency and forgetting, best first."""
+    return _recall(runtime, tenant, graph, body, who, response)
+
+
+@router.get("/recall", response_model=RecallAnswer, responses=responses(422))
+async def recall_get(
+    tenant: TenantId,
+    graph: TenantStore,
+    runtime: CurrentRuntime,
+    who: CurrentPrincipal,
+    response: Response,
+    q: Annotated[str, Query(min_length=1, max_length=4096)],
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    budget_tokens: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    kind: Annotated[list[Kind], Query(max_length=4)] = [],  # noqa: B006
+    memory_class: Annotated[
+        list[Annotated[str, Query(max_length=1024, pattern=CLASS_PATTERN)]],
+        Query(alias="class", max_length=32),
+    ] = [],  # noqa: B006
+    min_importance: Annotated[int, Query(ge=1, le=5)] = 2,
+    min_confidence: Annotated[float, Query(ge=0, le=1, allow_inf_nan=False)] = 0.0,
+    fusion: Fusion = "default",
+) -> RecallAnswer:
+    """The same as ``POST …/recall``, with the request's fields as query parameters."""
+    fields: dict[str, Any] = {
+        "q": q,
+        "limit": limit,
+        "budget_tokens": budget_tokens,
+        "kind": kind,
+        "class": memory_class,
+        "min_importance": min_importance,
+        "min_confidence": min_confidence,
+        "fusion": fusion,
+    }
+    try:
+        body = RecallRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**err, "loc": ("query", *err["loc"])} for err in exc.errors()]
+        ) from exc
+    return _recall(runtime, tenant, graph, body, who, response)
+
+
+Position = Annotated[
+    str | None,
+    Query(
+        pattern=anchored(r"[0-9]{1,9}:[0-9]{1,18}"),
+        description="A write's partition:offset (from its 202): answer once the projection has it",
+    ),
+]
+
+
+@router.get("/context", response_model=ContextAnswer, responses=responses(422, 504))
+async def context(
+    tenant: TenantId,
+    graph: TenantStore,
+    runtime: CurrentRuntime,
+    who: CurrentPrincipal,
+    response: Response,
+    q: Annotated[str | None, Query(max_length=4096)] = None,
+    after: Position = None,
+) -> ContextAnswer:
+    """What an agent pre-loads each turn: every top-tier memory the principal may see, whatever
+    ``q`` says, grouped in blocks (ordered by similarity to ``q``), with statuses, conflicts, the
+    live data and a markdown rendering. Never cached."""
+    response.headers["Cache-Control"] = "no-store"
+    if after is not None:
+        partition, offset = (int(x) for x in after.split(":"))
+        if runtime.progress.last_offset.get(partition, -1) < offset:
+            handled = await runtime.progress.wait_for(partition, offset, runtime.settings.wait_timeout_s)
+            if handled is None:
+                raise problem(
+                    504,
+                    f"position {after} not handled within {runtime.settings.wait_timeout_s}s",
+                    ["query", "after"],
+                )
+    graph = runtime.stores.get(tenant)  # after waiting, the tenant may exist now
+    started = time.perf_counter()
+    vector = runtime.embedder.embed([q])[0] if q and q.strip() else None
+    embedded = time.perf_counter()
+    options = ContextOptions(runtime.settings.context_confidence_floor, runtime.embedder.count_tokens)
+    if graph is None:
+        empty = {
+            "blocks": [],
+            "conflicts": [],
+            "snapshot": {"kpis": [], "spend": [], "clock": None},
+            "count": 0,
+        }
+        return ContextAnswer(**empty, text="# Memory context\n", tokens=0)
+    built = build_context(
+        graph, runtime.stores.indexes(tenant), who, vector, runtime.stores.knowledge.ontology, options
+    )
+    _timing(response, embed=(embedded - started) * 1e3, build=(time.perf_counter() - embedded) * 1e3)
+    return ContextAnswer(**built)
+
+
+@router.get("/memory-tool", responses=responses(422))
+async def tool(tenant: TenantId, runtime: CurrentRuntime) -> dict[str, Any]:
+    """A function-calling tool definition for writing a typed memory, generated from the ontology
+    and its SHACL shapes (every class with its properties), so a model fills in a typed memory."""
+    return memory_tool(runtime.stores.knowledge)

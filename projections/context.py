@@ -1,0 +1,330 @@
+"""The context an agent pre-loads each turn: every top-tier memory it may see, whatever it asks.
+
+Company memories come from the rule-derived live-context bundle (so the cap and the expiry rules
+decide), the principal's user and team memories from the graph. They are grouped in blocks (the
+kinds, then one block per memory subclass), ordered inside a block by similarity to the turn's
+query, with more specific scopes winning conflicts (user > team > company), and rendered as
+markdown ready to paste into a prompt. Nothing here is cached: it is read fresh on every call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from pyoxigraph import Literal
+
+from projections.graph import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, TenantGraph, e
+from projections.indexes import TenantIndexes, memory_id_of
+from projections.ontology import Ontology
+from projections.visibility import MemoryFacts, Principal, local_name, memory_facts
+from schemas import vocabulary as v
+
+TOP_TIER = v.Importance.HIGH
+KIND_BLOCKS = {"objective": "Objectives", "preference": "Preferences", "fact": "Facts", "context": "Context"}
+SCOPE_ORDER = {"user": 0, "team": 1, "company": 2}  # more specific first
+ACCIDENTAL_WINDOW_S = 600.0  # two people contradicting each other within ten minutes
+RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
+
+
+@dataclass(frozen=True)
+class ContextOptions:
+    confidence_floor: float
+    count_tokens: Callable[[str], int]
+
+
+def block_title(memory_class: str, ontology: Ontology) -> str:
+    """A subclass's block: its ``rdfs:label``, else its name in words (``BudgetConstraintMemory`` →
+    ``Budget constraints``)."""
+    iri = v.class_iri(memory_class)
+    for t in ontology.triples:
+        if t.subject.value == iri and t.predicate.value == RDFS_LABEL:
+            return t.object.value
+    words = re.sub(
+        r"(?<=[a-z0-9])(?=[A-Z])", " ", memory_class.rsplit("#", 1)[-1].removesuffix("Memory")
+    ).split()
+    if not words:
+        return memory_class
+    return " ".join([words[0], *(w.lower() for w in words[1:])]) + "s"
+
+
+def _number(term: Any) -> int | float | str:
+    if isinstance(term, Literal):
+        try:
+            f = float(term.value)
+        except ValueError:
+            return term.value
+        return int(f) if f.is_integer() else f
+    return str(term.value)
+
+
+def _inferred(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    node = e("x").__class__(f"urn:engram:memory:{memory_id}")
+    for q in graph.store.quads_for_pattern(node, None, None, INFERRED):
+        if q.predicate.value.startswith(v.ENGRAM):
+            out.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object)
+    return out
+
+
+def _asserted(graph: TenantGraph, memory_id: str, name: str) -> Any:
+    node = e("x").__class__(f"urn:engram:memory:{memory_id}")
+    found = list(graph.store.quads_for_pattern(node, e(name), None, ASSERTED))
+    return _number(found[0].object) if found else None
+
+
+def statuses(graph: TenantGraph, m: MemoryFacts, derived: dict[str, list[Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "targetStatus" in derived:
+        out["target"] = {
+            "status": derived["targetStatus"][0].value,
+            "metric": _asserted(graph, m.id, "metric"),
+            "goal": _asserted(graph, m.id, "goal"),
+        }
+    if "budgetStatus" in derived:
+        out["budget"] = {
+            "status": derived["budgetStatus"][0].value,
+            "spend": _number(derived["budgetSpend"][0]) if "budgetSpend" in derived else None,
+            "cap": _asserted(graph, m.id, "amount"),
+            "currency": _asserted(graph, m.id, "currency"),
+            "percent": _number(derived["budgetPercent"][0]) if "budgetPercent" in derived else None,
+        }
+    return out
+
+
+def _top_tier_ids(graph: TenantGraph, who: Principal) -> list[str]:
+    """Company ones from the live-context bundle; the principal's own and their teams' from the graph."""
+    ids = [
+        memory_id_of(q.subject)
+        for q in graph.store.quads_for_pattern(None, RDF_TYPE, e("LiveContext"), INFERRED)
+    ]  # type: ignore[arg-type]
+    if who.user is not None:
+        ids += [
+            memory_id_of(q.subject)  # type: ignore[arg-type]
+            for q in graph.store.quads_for_pattern(None, e("stakeholderUser"), Literal(who.user), ASSERTED)
+        ]
+    for team in sorted(who.teams):
+        ids += [
+            memory_id_of(q.subject)  # type: ignore[arg-type]
+            for q in graph.store.quads_for_pattern(None, e("stakeholderTeam"), Literal(team), ASSERTED)
+        ]
+    return list(dict.fromkeys(ids))
+
+
+def _seconds_apart(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    ta = datetime.fromisoformat(a.replace("Z", "+00:00"))
+    tb = datetime.fromisoformat(b.replace("Z", "+00:00"))
+    return abs((ta - tb).total_seconds())
+
+
+def _conflicts(
+    items: list[dict[str, Any]], keys: dict[str, set[str]], pairs: set[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Pairs of visible memories that conflict: the rules' ``conflictsWith`` (same scope) or the
+    same class and key across scopes. The more specific scope wins, then the newer memory."""
+    by_id = {it["id"]: it for it in items}
+    found: set[tuple[str, str]] = {p for p in pairs if p[0] in by_id and p[1] in by_id}
+    ids = sorted(by_id)
+    for i, a in enumerate(ids):
+        for b in ids[i + 1 :]:
+            if keys.get(a, set()) & keys.get(b, set()):
+                found.add((a, b))
+    flags = []
+    for a, b in sorted({tuple(sorted(p)) for p in found}):
+        ia, ib = by_id[a], by_id[b]
+        winner, loser = sorted(
+            (ia, ib), key=lambda it: (SCOPE_ORDER.get(it["scope"], 9), _neg_time(it["set_at"]), it["id"])
+        )
+        apart = _seconds_apart(ia["set_at"], ib["set_at"])
+        accidental = (
+            apart is not None
+            and apart <= ACCIDENTAL_WINDOW_S
+            and ia["set_by"]["actor"] != ib["set_by"]["actor"]
+        )
+        reason = (
+            f"{winner['scope']} scope is more specific than {loser['scope']}"
+            if winner["scope"] != loser["scope"]
+            else "same scope: the newer one wins"
+        )
+        flags.append(
+            {
+                "winner": winner["id"],
+                "overridden": loser["id"],
+                "key": sorted(keys.get(a, set()) & keys.get(b, set())) or None,
+                "reason": reason,
+                "looks_accidental": accidental,
+                "note": (
+                    f"looks accidental: written {apart:.0f}s apart by {ia['set_by']['actor']} and "
+                    f"{ib['set_by']['actor']}"
+                )
+                if accidental
+                else None,
+            }
+        )
+        loser.setdefault("overridden_by", []).append(winner["id"])
+        winner.setdefault("wins_over", []).append(loser["id"])
+    return flags
+
+
+def _neg_time(when: str | None) -> float:
+    if not when:
+        return 0.0
+    return -datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+
+
+def snapshot(graph: TenantGraph) -> dict[str, Any]:
+    """The live business data beside the memories: KPIs, spend and the clock."""
+
+    def node_values(node: Any) -> dict[str, Any]:
+        return {
+            local_name(q.predicate.value): _number(q.object)
+            if local_name(q.predicate.value) in ("value", "amount")
+            else q.object.value
+            for q in graph.store.quads_for_pattern(node, None, None, ASSERTED)
+            if q.predicate != RDF_TYPE
+        }
+
+    kpis = [
+        node_values(q.object) for q in graph.store.quads_for_pattern(COMPANY, e("hasKpi"), None, ASSERTED)
+    ]
+    spend = [
+        node_values(q.object) for q in graph.store.quads_for_pattern(COMPANY, e("hasSpend"), None, ASSERTED)
+    ]
+    now = [q.object.value for q in graph.store.quads_for_pattern(CLOCK, e("now"), None, ASSERTED)]
+    return {
+        "kpis": sorted(kpis, key=lambda k: str(k.get("metric"))),
+        "spend": sorted(spend, key=lambda s: str(s.get("platform"))),
+        "clock": now[0] if now else None,
+    }
+
+
+def build_context(
+    graph: TenantGraph,
+    indexes: TenantIndexes | None,
+    who: Principal,
+    query_vector: np.ndarray | None,
+    ontology: Ontology,
+    options: ContextOptions,
+) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    keys: dict[str, set[str]] = {}
+    pairs: set[tuple[str, str]] = set()
+    for memory_id in _top_tier_ids(graph, who):
+        m = memory_facts(graph, memory_id)
+        if m is None or not m.active or m.expired or not m.visible_to(who):
+            continue
+        if m.importance < TOP_TIER or m.confidence < options.confidence_floor:
+            continue
+        derived = _inferred(graph, m.id)
+        if m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:
+            continue
+        keys[m.id] = {t.value for t in derived.get("conflictKey", [])}
+        pairs |= {(m.id, memory_id_of(t)) for t in derived.get("conflictsWith", [])}
+        similarity = None
+        if query_vector is not None and indexes is not None:
+            vec = indexes.memory_vector(m.id)
+            if vec is not None:
+                similarity = round(float(np.dot(vec, query_vector) / (np.linalg.norm(vec) or 1.0)), 6)
+        items.append(
+            {
+                "id": m.id,
+                "label": m.label,
+                "content": m.content,
+                "kind": m.kind,
+                "memory_class": m.memory_class,
+                "scope": m.scope,
+                "owner": m.owner,
+                "importance": m.importance,
+                "importance_name": v.Importance(m.importance).name.title(),
+                "confidence": m.confidence,
+                "statuses": statuses(graph, m, derived),
+                "set_by": {"source": m.source, "actor": m.actor, "role": m.actor_role},
+                "set_at": m.recorded_at,
+                "valid_from": m.valid_from,
+                "similarity": similarity,
+            }
+        )
+    conflicts = _conflicts(items, keys, pairs)
+    blocks = _blocks(items, ontology)
+    result = {"blocks": blocks, "conflicts": conflicts, "snapshot": snapshot(graph), "count": len(items)}
+    result["text"] = render(result)
+    result["tokens"] = options.count_tokens(result["text"])
+    return result
+
+
+def _blocks(items: Iterable[dict[str, Any]], ontology: Ontology) -> list[dict[str, Any]]:
+    grouped: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    kinds = list(KIND_BLOCKS)
+    for it in items:
+        if it["memory_class"] != "Memory":
+            key = (len(kinds), block_title(it["memory_class"], ontology))
+        else:
+            key = (
+                kinds.index(it["kind"]) if it["kind"] in kinds else len(kinds),
+                KIND_BLOCKS.get(it["kind"], "Other"),
+            )
+        grouped.setdefault(key, []).append(it)
+    out = []
+    for (_, title), members in sorted(grouped.items()):
+        members.sort(
+            key=lambda it: (
+                -(it["similarity"] if it["similarity"] is not None else -2.0),
+                -it["importance"],
+                _neg_time(it["set_at"]),
+                it["id"],
+            )
+        )
+        out.append({"title": title, "items": members})
+    return out
+
+
+def render(ctx: dict[str, Any]) -> str:
+    """The bundle as markdown: what goes into the prompt."""
+    lines = ["# Memory context", ""]
+    for block in ctx["blocks"]:
+        lines.append(f"## {block['title']}")
+        for it in block["items"]:
+            status = _status_text(it["statuses"])
+            owner = "" if it["scope"] == "company" else f" ({it['owner']})"
+            flag = f" [overridden by {', '.join(it['overridden_by'])}]" if it.get("overridden_by") else ""
+            lines.append(
+                f"- **{it['label']}**{owner} [{it['importance_name']}, id {it['id']}]{status}{flag}: "
+                f"{it['content']} — set by {it['set_by']['actor']} ({it['set_by']['source']}) at {it['set_at']}"
+            )
+        lines.append("")
+    if ctx["conflicts"]:
+        lines.append("## Conflicts")
+        for c in ctx["conflicts"]:
+            note = f"; {c['note']}" if c["note"] else ""
+            lines.append(f"- {c['winner']} wins over {c['overridden']}: {c['reason']}{note}")
+        lines.append("")
+    snap = ctx["snapshot"]
+    if snap["kpis"] or snap["spend"] or snap["clock"]:
+        lines.append("## Live data")
+        for k in snap["kpis"]:
+            lines.append(f"- KPI {k.get('metric')}: {k.get('value')} ({k.get('period')})")
+        for s in snap["spend"]:
+            lines.append(
+                f"- Spend {s.get('platform')}: {s.get('amount')} {s.get('currency')} ({s.get('period')})"
+            )
+        if snap["clock"]:
+            lines.append(f"- Now: {snap['clock']}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _status_text(st: dict[str, Any]) -> str:
+    parts = []
+    if "target" in st:
+        parts.append(f"target {st['target']['status']}")
+    if "budget" in st:
+        b = st["budget"]
+        parts.append(
+            f"budget {b['status']}: spend {b['spend']} of {b['cap']} {b['currency'] or ''} = {b['percent']}%"
+        )
+    return f" ({'; '.join(parts)})" if parts else ""

@@ -1,0 +1,182 @@
+"""A tenant's search indexes, kept in step with its graph: BM25 text and vectors of one model.
+
+Both are caches of the graph (text from the asserted facts, vectors from the vectors graph), each
+with its own checkpoint. ``refresh`` re-reads the memories a batch of events touched; opening
+catches up whatever happened after an index's checkpoint (found through the event records the
+graph keeps), and an index with no checkpoint is rebuilt from the graph.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+from pyoxigraph import Literal, NamedNode
+
+from projections.graph import ASSERTED, META, VECTORS, TenantGraph, e, memory_iri
+from projections.text_index import TextIndex
+from projections.vector_index import VectorIndex, label_of
+from schemas import vocabulary as v
+from schemas.events import Position
+
+log = logging.getLogger(__name__)
+
+MEMORY_PREFIX = "urn:engram:memory:"
+EVENT_PREFIX = "urn:engram:event:"
+TEXT_PREDICATES = ("label", "content")
+SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector index
+Tick = Callable[[int, int], None]
+
+
+def memory_id_of(node: NamedNode) -> str:
+    return node.value[len(MEMORY_PREFIX) :]
+
+
+def _words(name: str) -> str:
+    """``BudgetConstraintMemory`` → ``Budget Constraint Memory``: class names are searchable words."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+
+
+def decode_vector(term: Literal) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(term.value), dtype="<f4")
+
+
+def model_dir(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
+
+
+class TenantIndexes:
+    def __init__(self, root: Path, graph: TenantGraph, model: str, dim: int) -> None:
+        self.graph = graph
+        self.model = model
+        self.text = TextIndex(root / "text")
+        self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
+        labels = set(self.vectors.index.get_ids_list())
+        self.vectors.known(
+            {label_of(mid): mid for mid, _ in self._stored_vectors() if label_of(mid) in labels}
+        )
+        self.catch_up()
+
+    # -- reading the graph ------------------------------------------------------------------
+    def memory_text(self, memory_id: str) -> str | None:
+        """What BM25 sees of a memory; None for one that is unknown or forgotten (erased)."""
+        m = memory_iri(memory_id)
+        facts = list(self.graph.store.quads_for_pattern(m, None, None, ASSERTED))
+        values: dict[str, list[str]] = {}
+        for q in facts:
+            if q.predicate.value.startswith(v.ENGRAM):
+                values.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object.value)
+        if "memoryId" not in values or values.get("forgotten") == ["true"]:
+            return None
+        cls = values.get("memoryClass", [v.ENGRAM + "Memory"])[0].rsplit("#", 1)[-1]
+        props = [
+            f"{name} {value}"
+            for name, vals in sorted(values.items())
+            if name not in v.MEMORY_PREDICATES
+            for value in vals
+        ]
+        return "\n".join([*(x for p in TEXT_PREDICATES for x in values.get(p, [])), _words(cls), *props])
+
+    def memory_vector(self, memory_id: str) -> np.ndarray | None:
+        m = memory_iri(memory_id)
+        models = [
+            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
+        ]
+        if models != [self.model]:
+            return None
+        for q in self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS):
+            vec = decode_vector(q.object)  # type: ignore[arg-type]
+            if vec.shape == (self.vectors.dim,) and np.all(np.isfinite(vec)) and np.any(vec):
+                return vec
+        return None
+
+    def _stored_vectors(self) -> Iterable[tuple[str, Literal]]:
+        for q in self.graph.store.quads_for_pattern(None, e("embedding"), None, VECTORS):
+            yield memory_id_of(q.subject), q.object  # type: ignore[arg-type,misc]
+
+    def memory_ids(self) -> list[str]:
+        return [
+            q.object.value for q in self.graph.store.quads_for_pattern(None, e("memoryId"), None, ASSERTED)
+        ]
+
+    def changed_since(self, position: Position) -> set[str]:
+        """Memories changed by an event the log holds after ``position`` (the graph records each)."""
+        changed: set[str] = set()
+        for q in self.graph.store.quads_for_pattern(None, e("position"), None, META):
+            partition, _, offset = q.object.value.partition(":")
+            if int(partition) == position.partition and int(offset) > position.offset:
+                event_id = Literal(q.subject.value[len(EVENT_PREFIX) :])
+                for hit in self.graph.store.quads_for_pattern(None, e("changedBy"), event_id, ASSERTED):
+                    changed.add(memory_id_of(hit.subject))  # type: ignore[arg-type]
+        return changed
+
+    # -- writing ----------------------------------------------------------------------------
+    def refresh(self, memory_ids: Iterable[str]) -> None:
+        """Re-read these memories from the graph into both indexes (not yet committed)."""
+        for memory_id in memory_ids:
+            text = self.memory_text(memory_id)
+            if text is None:
+                self.text.delete(memory_id)
+            else:
+                self.text.upsert(memory_id, text)
+            vector = self.memory_vector(memory_id) if text is not None else None
+            if vector is None:
+                self.vectors.delete(memory_id)
+            else:
+                self.vectors.upsert(memory_id, vector)
+
+    def commit(self, position: Position | None, *, save_vectors: bool = False) -> None:
+        """Make the refreshed memories searchable and durable up to ``position``."""
+        self.text.commit()
+        self.text.checkpoint.write(position)
+        if save_vectors or self.vectors.unsaved >= SAVE_VECTORS_EVERY:
+            self.save_vectors(position)
+
+    def save_vectors(self, position: Position | None) -> None:
+        if self.vectors.unsaved or self.vectors.checkpoint.read() != position:
+            self.vectors.save()
+            self.vectors.checkpoint.write(position)
+
+    def catch_up(self) -> None:
+        cp = self.graph.checkpoint()
+        text_cp, vector_cp = self.text.checkpoint.read(), self.vectors.checkpoint.read()
+        if cp is None:
+            return
+        for name, index_cp in (("text", text_cp), ("vectors", vector_cp)):
+            if index_cp is None or index_cp.partition != cp.partition or index_cp.offset > cp.offset:
+                log.info("%s: rebuilding the %s index from the graph", self.graph.path, name)
+                self.rebuild(only=name)
+            elif index_cp.offset < cp.offset:
+                changed = self.changed_since(index_cp)
+                log.info(
+                    "%s: %s index behind by %d memories; catching up", self.graph.path, name, len(changed)
+                )
+                self.refresh(changed)
+        self.commit(cp, save_vectors=True)
+
+    def rebuild(self, *, only: str | None = None, tick: Tick | None = None) -> int:
+        """Every memory of the graph into the index(es), from empty; returns how many."""
+        ids = self.memory_ids()
+        if only in (None, "text"):
+            self.text.clear()
+        if only in (None, "vectors"):
+            self.vectors.clear()
+        for i, memory_id in enumerate(ids, start=1):
+            text = self.memory_text(memory_id)
+            if only in (None, "text") and text is not None:
+                self.text.upsert(memory_id, text)
+            if only in (None, "vectors") and text is not None:
+                vector = self.memory_vector(memory_id)
+                if vector is not None:
+                    self.vectors.upsert(memory_id, vector)
+            if tick is not None and (i % 500 == 0 or i == len(ids)):
+                tick(i, len(ids))
+        return len(ids)
+
+    def close(self) -> None:
+        self.save_vectors(self.graph.checkpoint())
+        self.text.close()

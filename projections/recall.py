@@ -1,0 +1,214 @@
+"""Recall: structure decides what is eligible, similarity decides what is on top.
+
+Candidates come from both indexes (BM25 and vectors); the graph then decides eligibility (visible
+to the principal, active, not expired, importance and confidence floors, kind and class filters);
+the survivors are ranked by a fusion of the two similarities, blended with recency and a
+forgetting curve and gated by confidence and the class's weight, then packed to a token budget.
+The fusion methods other than the shipped one stay selectable, because the choice was made by
+measurement (bench/recall.py) and has to stay measurable.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+import numpy as np
+
+from projections.indexes import TenantIndexes
+from projections.ontology import Ontology
+from projections.visibility import MemoryFacts, Principal, memory_facts
+from schemas import vocabulary as v
+
+Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
+FUSIONS: tuple[Fusion, ...] = ("default", "bm25", "vector", "rrf", "minmax", "zscore")
+RRF_K = 60
+RELEVANCE, RECENCY, FORGETTING = 0.70, 0.15, 0.15
+BM25_WEIGHT = 0.5  # of the normalised-score fusion; the vector similarity has the rest
+RECENCY_HALF_LIFE_DAYS = 30.0
+STABILITY_DAYS = 30.0  # forgetting: a Medium memory keeps e^-1 of its strength after this long
+
+
+@dataclass(frozen=True)
+class RecallQuery:
+    q: str
+    limit: int = 10
+    budget_tokens: int | None = None
+    kinds: frozenset[str] = frozenset()
+    classes: frozenset[str] = frozenset()  # IRIs; a memory of a subclass matches
+    min_importance: int = 2
+    min_confidence: float = 0.0
+    fusion: Fusion = "default"
+
+
+@dataclass(frozen=True)
+class Hit:
+    memory: MemoryFacts
+    score: float
+    signals: Mapping[str, float | None] = field(default_factory=dict)
+    tokens: int = 0
+
+
+def eligible(m: MemoryFacts, query: RecallQuery, who: Principal) -> bool:
+    return (
+        m.active
+        and not m.expired
+        and m.visible_to(who)
+        and m.importance >= query.min_importance
+        and m.confidence >= query.min_confidence
+        and (not query.kinds or m.kind in query.kinds)
+        and (not query.classes or bool(query.classes & m.classes))
+    )
+
+
+# -- fusion: pure functions of the two candidate lists ----------------------------------------------
+def _minmax(scores: Mapping[str, float]) -> dict[str, float]:
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    return {k: (s - lo) / (hi - lo) if hi > lo else 1.0 for k, s in scores.items()}
+
+
+def _zscore(scores: Mapping[str, float]) -> dict[str, float]:
+    if len(scores) < 2:
+        return dict.fromkeys(scores, 0.0)
+    mean, sd = statistics.fmean(scores.values()), statistics.pstdev(scores.values())
+    return {k: (s - mean) / sd if sd > 0 else 0.0 for k, s in scores.items()}
+
+
+def _rrf(*rankings: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            out[key] = out.get(key, 0.0) + 1.0 / (RRF_K + rank)
+    return out
+
+
+def fuse(bm25: Mapping[str, float], vector: Mapping[str, float], method: Fusion) -> dict[str, float]:
+    """Relevance in [0, 1] per candidate id; a candidate one list lacks counts as its worst there."""
+    keys = set(bm25) | set(vector)
+    if method == "bm25":
+        return {k: s for k, s in _minmax(bm25).items()}
+    if method == "vector":
+        return {k: s for k, s in _minmax(vector).items()}
+    if method == "rrf":
+        ranked = _rrf(sorted(bm25, key=lambda k: -bm25[k]), sorted(vector, key=lambda k: -vector[k]))
+        return _minmax(ranked)
+    if method == "zscore":
+        zb, zv = _zscore(bm25), _zscore(vector)
+        floor_b, floor_v = min(zb.values(), default=0.0), min(zv.values(), default=0.0)
+        raw = {k: BM25_WEIGHT * zb.get(k, floor_b) + (1 - BM25_WEIGHT) * zv.get(k, floor_v) for k in keys}
+        return _minmax(raw)
+    nb, nv = _minmax(bm25), _minmax(vector)  # minmax, and the shipped default
+    if not nb or not nv:  # one signal only (no vector index, or no word matched): it alone decides
+        return nb or nv
+    return {k: BM25_WEIGHT * nb.get(k, 0.0) + (1 - BM25_WEIGHT) * nv.get(k, 0.0) for k in keys}
+
+
+def _age_days(when: str | None, now: datetime) -> float:
+    if not when:
+        return 0.0
+    try:
+        then = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - then).total_seconds() / 86_400)
+
+
+def recency(m: MemoryFacts, now: datetime) -> float:
+    return 0.5 ** (_age_days(m.valid_from, now) / RECENCY_HALF_LIFE_DAYS)
+
+
+def forgetting(m: MemoryFacts, now: datetime) -> float:
+    """Ebbinghaus retention; more important memories are forgotten more slowly (2x per tier)."""
+    stability = STABILITY_DAYS * 2.0 ** (m.importance - v.Importance.MEDIUM)
+    return math.exp(-_age_days(m.valid_from, now) / stability)
+
+
+def rank(
+    candidates: Sequence[MemoryFacts],
+    bm25: Mapping[str, float],
+    vector: Mapping[str, float],
+    method: Fusion,
+    now: datetime,
+    class_weight: Callable[[MemoryFacts], float],
+) -> list[Hit]:
+    keep = {m.id for m in candidates}
+    relevance = fuse(
+        {k: s for k, s in bm25.items() if k in keep}, {k: s for k, s in vector.items() if k in keep}, method
+    )
+    hits = []
+    for m in candidates:
+        rel = relevance.get(m.id)
+        if rel is None:
+            continue
+        rec, fgt = recency(m, now), forgetting(m, now)
+        if method == "default":
+            score = (RELEVANCE * rel + RECENCY * rec + FORGETTING * fgt) * m.confidence * class_weight(m)
+        else:
+            score = rel
+        signals = {"bm25": bm25.get(m.id), "vector": vector.get(m.id), "recency": rec, "forgetting": fgt}
+        hits.append(Hit(m, score, signals))
+    hits.sort(key=lambda h: (-h.score, h.memory.id))
+    return hits
+
+
+def pack(hits: Sequence[Hit], limit: int, budget: int | None, count: Callable[[str], int]) -> list[Hit]:
+    """The best hits, at most ``limit``, whose tokens (label + content) fit the budget together."""
+    out: list[Hit] = []
+    used = 0
+    for hit in hits:
+        if len(out) >= limit:
+            break
+        tokens = count(f"{hit.memory.label}\n{hit.memory.content}")
+        if budget is not None and used + tokens > budget:
+            continue  # a smaller one further down may still fit
+        used += tokens
+        out.append(Hit(hit.memory, hit.score, hit.signals, tokens))
+    return out
+
+
+def recall(
+    indexes: TenantIndexes,
+    query: RecallQuery,
+    who: Principal,
+    query_vector: np.ndarray | None,
+    *,
+    count_tokens: Callable[[str], int],
+    class_weight: Callable[[MemoryFacts], float],
+    now: datetime | None = None,
+) -> list[Hit]:
+    now = now or datetime.now(UTC)
+    pool = max(50, 5 * query.limit)
+    total = max(indexes.text.count(), indexes.vectors.count())
+    while True:
+        bm25 = dict(indexes.text.search(query.q, pool)) if query.fusion != "vector" else {}
+        vector = {}
+        if query_vector is not None and query.fusion != "bm25":
+            vector = dict(indexes.vectors.search(query_vector, pool))
+        facts = [f for i in dict.fromkeys([*bm25, *vector]) if (f := memory_facts(indexes.graph, i))]
+        candidates = [f for f in facts if eligible(f, query, who)]
+        if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
+            break
+        pool *= 4  # most candidates were not eligible: look deeper
+    hits = rank(candidates, bm25, vector, query.fusion, now, class_weight)
+    return pack(hits, query.limit, query.budget_tokens, count_tokens)
+
+
+def class_weights(ontology: Ontology) -> Callable[[MemoryFacts], float]:
+    """A memory's class weight: ``:recallWeight`` of its most specific class that declares one (1.0)."""
+    declared = {
+        t.subject.value: float(t.object.value)
+        for t in ontology.triples
+        if t.predicate.value == v.ENGRAM + "recallWeight"
+    }
+
+    def weight(m: MemoryFacts) -> float:
+        found = [(len(ontology.superclasses.get(c, ())), declared[c]) for c in m.classes if c in declared]
+        return max(found)[1] if found else 1.0
+
+    return weight

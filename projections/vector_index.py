@@ -1,0 +1,105 @@
+"""A tenant's vector index (hnswlib, cosine): one point per memory embedded by the configured model.
+
+The vectors themselves live in the graph (their own named graph, written with the memory in the
+same transaction), so this index is a cache: it is saved now and then, not per event, and a
+store opened with the index behind its graph catches up from the graph. Labels are a 63-bit hash
+of the memory id, so no mapping has to be kept in step with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+
+from projections.checkpoint import IndexCheckpoint
+
+EF_SEARCH = 64
+EF_CONSTRUCTION = 100
+M = 16
+
+
+def label_of(memory_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(memory_id.encode(), digest_size=8).digest(), "big") >> 1
+
+
+class VectorIndex:
+    def __init__(self, path: Path, dim: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.dim = dim
+        self.file = path / f"hnsw-{dim}.bin"
+        self.checkpoint = IndexCheckpoint(path / f"checkpoint-{dim}.json")
+        self.ids: dict[int, str] = {}
+        self.unsaved = 0
+        self.index = self._load()
+
+    def _new(self, capacity: int = 1024) -> hnswlib.Index:
+        index = hnswlib.Index(space="cosine", dim=self.dim)
+        index.init_index(max_elements=capacity, ef_construction=EF_CONSTRUCTION, M=M)
+        index.set_ef(EF_SEARCH)
+        index.set_num_threads(1)
+        return index
+
+    def _load(self) -> hnswlib.Index:
+        if self.file.exists() and self.checkpoint.read() is not None:
+            try:
+                index = hnswlib.Index(space="cosine", dim=self.dim)
+                index.load_index(str(self.file))
+                index.set_ef(EF_SEARCH)
+                index.set_num_threads(1)
+                return index
+            except RuntimeError:
+                self.checkpoint.write(None)  # unreadable: rebuilt from the graph
+        return self._new()
+
+    def known(self, ids: dict[int, str]) -> None:
+        """The memory ids behind the labels (read from the graph when the store opens)."""
+        self.ids = ids
+
+    def upsert(self, memory_id: str, vector: np.ndarray) -> None:
+        label = label_of(memory_id)
+        if self.index.element_count >= self.index.max_elements:
+            self.index.resize_index(max(1024, 2 * self.index.max_elements))
+        self.index.add_items(vector.reshape(1, -1), [label])
+        self.ids[label] = memory_id
+        self.unsaved += 1
+
+    def delete(self, memory_id: str) -> None:
+        label = label_of(memory_id)
+        if self.ids.pop(label, None) is not None:
+            with contextlib.suppress(RuntimeError):  # never added (no vector of this model)
+                self.index.mark_deleted(label)
+            self.unsaved += 1
+
+    def clear(self) -> None:
+        self.index = self._new()
+        self.ids = {}
+        self.unsaved += 1
+
+    def count(self) -> int:
+        return len(self.ids)
+
+    def save(self) -> None:
+        """Write the index file; the caller records the checkpoint it reflects after this."""
+        tmp = self.file.with_suffix(".tmp")
+        self.index.save_index(str(tmp))
+        os.replace(tmp, self.file)
+        self.unsaved = 0
+
+    def search(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The ``k`` nearest (memory id, cosine similarity), best first."""
+        k = min(k, len(self.ids))
+        if k <= 0:
+            return []
+        self.index.set_ef(max(EF_SEARCH, k))
+        labels, distances = self.index.knn_query(vector.reshape(1, -1), k=k)
+        return [
+            (self.ids[int(lab)], 1.0 - float(dist))
+            for lab, dist in zip(labels[0], distances[0], strict=True)
+            if int(lab) in self.ids
+        ]

@@ -1,0 +1,111 @@
+"""Who may see a memory, and the facts recall and context decide on, read from the graph.
+
+Until bearer tokens land (the governance issue), the principal is the ``user`` and ``teams`` a
+request names; one API dependency builds it, so switching to tokens changes that one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyoxigraph import Literal, NamedNode
+
+from projections.graph import ASSERTED, INFERRED, RDF_TYPE, TenantGraph, e, memory_iri
+from schemas import vocabulary as v
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking: a user of the tenant and their teams (none: company memories only)."""
+
+    user: str | None = None
+    teams: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """One memory as eligibility, ranking and rendering need it."""
+
+    id: str
+    label: str
+    content: str
+    kind: str
+    scope: str
+    user: str | None
+    teams: frozenset[str]
+    importance: int
+    confidence: float
+    memory_class: str  # local name (or IRI outside engram's namespace)
+    classes: frozenset[str] = field(default_factory=frozenset)  # IRIs, asserted and inferred
+    active: bool = False
+    expired: bool = False
+    source: str | None = None
+    actor: str | None = None
+    actor_role: str | None = None
+    valid_from: str | None = None
+    recorded_at: str | None = None
+
+    def visible_to(self, who: Principal) -> bool:
+        if self.scope == "company":
+            return True
+        if self.scope == "team":
+            return bool(self.teams & who.teams)
+        return self.user is not None and self.user == who.user
+
+    @property
+    def owner(self) -> str:
+        if self.scope == "user":
+            return f"user:{self.user}"
+        if self.scope == "team":
+            return "team:" + ",".join(sorted(self.teams))
+        return "company"
+
+
+def local_name(iri: str) -> str:
+    return iri[len(v.ENGRAM) :] if iri.startswith(v.ENGRAM) else iri
+
+
+def memory_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
+    m = memory_iri(memory_id)
+    one: dict[str, str] = {}
+    teams: set[str] = set()
+    classes: set[str] = set()
+    for q in graph.store.quads_for_pattern(m, None, None, ASSERTED):
+        pred = q.predicate.value
+        if q.predicate == RDF_TYPE:
+            classes.add(q.object.value)
+        elif pred == v.ENGRAM + "stakeholderTeam":
+            teams.add(q.object.value)
+        elif pred.startswith(v.ENGRAM):
+            one.setdefault(pred[len(v.ENGRAM) :], q.object.value)
+    if "memoryId" not in one:
+        return None
+    for q in graph.store.quads_for_pattern(m, RDF_TYPE, None, INFERRED):
+        classes.add(q.object.value)
+    return MemoryFacts(
+        id=memory_id,
+        label=one.get("label", ""),
+        content=one.get("content", ""),
+        kind=one.get("kind", ""),
+        scope=one.get("scope", ""),
+        user=one.get("stakeholderUser"),
+        teams=frozenset(teams),
+        importance=int(one.get("importance", 0)),
+        confidence=float(one.get("confidence", 1.0)),
+        memory_class=local_name(one.get("memoryClass", v.ENGRAM + "Memory")),
+        classes=frozenset(classes),
+        active=v.ENGRAM + "ActiveMemory" in classes,
+        expired=v.ENGRAM + "Expired" in classes,
+        source=one.get("source"),
+        actor=one.get("actor"),
+        actor_role=one.get("actorRole"),
+        valid_from=one.get("validFrom"),
+        recorded_at=one.get("recordedAt"),
+    )
+
+
+def inferred_values(graph: TenantGraph, memory_id: str, predicate: str) -> list[NamedNode | Literal]:
+    return [
+        q.object  # type: ignore[misc]
+        for q in graph.store.quads_for_pattern(memory_iri(memory_id), e(predicate), None, INFERRED)
+    ]
