@@ -128,7 +128,7 @@ def _load_bert(model_dir: Path) -> _Bert:
     w = load_file(str(model_dir / "model.safetensors"))
     w = {k.removeprefix("bert."): v.astype(_F32, copy=False) for k, v in w.items()}
     hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-    scale = _F32(1.0 / np.sqrt(hidden // heads))  # 1/8 here: a power of two, so folding it in is exact
+    scale = _F32(1.0 / np.sqrt(hidden // heads))  # folded into the query projection: one op fewer per layer
 
     def ro(a: np.ndarray) -> np.ndarray:
         a = np.ascontiguousarray(a, dtype=_F32)
@@ -217,35 +217,37 @@ _ERF_BETA = tuple(
 )  # fmt: skip
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf, overwriting ``x`` (float32; exact to float32 precision outside [-4, 4] where it is ±1)."""
-    np.clip(x, _F32(-4.0), _F32(4.0), out=x)
-    x2 = x * x
-    p = np.full_like(x, _ERF_ALPHA[0])
-    for c in _ERF_ALPHA[1:]:
-        p *= x2
-        p += c
-    p *= x
-    q = np.full_like(x, _ERF_BETA[0])
-    for c in _ERF_BETA[1:]:
-        q *= x2
-        q += c
-    np.divide(p, q, out=x)
-    return x
+_ERF_ALPHA_HALF = tuple(_F32(0.5) * c for c in _ERF_ALPHA)  # 0.5*erf: exact, a power of two
+_GELU_CHUNK = 1 << 15  # elements per GELU chunk: its few temporaries then stay in L2
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """Exact (erf) GELU, in place."""
-    t = x * _F32(1.0 / np.sqrt(2.0))
-    _erf(t)
-    t += _F32(1.0)
-    t *= _F32(0.5)
-    x *= t
+    """Exact GELU, 0.5*x*(1 + erf(x/sqrt(2))), in place, in chunks so its ~27 passes run in cache."""
+    rows = max(1, _GELU_CHUNK // x.shape[1])
+    for r in range(0, x.shape[0], rows):
+        xc = x[r : r + rows]
+        t = xc * _F32(1.0 / np.sqrt(2.0))
+        np.clip(t, _F32(-4.0), _F32(4.0), out=t)  # erf is +-1 in float32 beyond 4
+        t2 = t * t
+        p = t2 * _ERF_ALPHA_HALF[0]
+        p += _ERF_ALPHA_HALF[1]
+        for c in _ERF_ALPHA_HALF[2:]:
+            p *= t2
+            p += c
+        p *= t
+        q = t2 * _ERF_BETA[0]
+        q += _ERF_BETA[1]
+        for c in _ERF_BETA[2:]:
+            q *= t2
+            q += c
+        p /= q  # 0.5 * erf(x / sqrt(2))
+        p += _F32(0.5)
+        xc *= p
     return x
 
 
-_FF_ROWS = 512  # the feed-forward runs in row blocks so its 4x-wide activations stay in cache
-_ATTN_SCORES = 1 << 20  # attention for about this many score entries at a time (4 MB)
+_FF_ROWS = 512  # the feed-forward runs in row blocks so its 4x-wide activations are not all live at once
+_ATTN_SCORES = 1 << 17  # attention scores computed at a time (512 KB, so softmax runs in L2)
 
 
 def _encode(m: _Bert, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -258,25 +260,30 @@ def _encode(m: _Bert, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     _layer_norm(x, m.ln_g, m.ln_b, m.eps)
 
     padded = bool((lengths < seq).any())
-    if padded:  # additive mask over key positions, as HF's extended attention mask
+    if padded:  # additive mask over key positions, as HF's extended attention mask; one row per (seq, head)
         bias = np.where(np.arange(seq) < lengths[:, None], _F32(0), np.finfo(_F32).min).astype(_F32)
-    per_step = max(1, _ATTN_SCORES // (heads * seq * seq))
-    ctx = np.empty((batch, seq, heads, head_dim), dtype=_F32)
+        bias = np.repeat(bias, heads, axis=0)[:, None, :]
+    step = max(1, _ATTN_SCORES // (seq * seq))
+    ctx = np.empty((batch * heads, seq, head_dim), dtype=_F32)
 
     for layer in m.layers:
         qkv = x @ layer.qkv_w
         qkv += layer.qkv_b
-        q, k, v = qkv.reshape(batch, seq, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
-        for s in range(0, batch, per_step):
-            e = s + per_step
-            scores = q[s:e] @ k[s:e].transpose(0, 1, 3, 2)  # (b, heads, seq, seq)
+        # (3, batch*heads, seq, head_dim), contiguous so each score block is one strided BLAS batch.
+        q, k, v = np.ascontiguousarray(
+            qkv.reshape(batch, seq, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
+        ).reshape(3, batch * heads, seq, head_dim)
+        for s in range(0, batch * heads, step):
+            e = s + step
+            scores = q[s:e] @ k[s:e].transpose(0, 2, 1)  # (step, seq, seq)
             if padded:
-                scores += bias[s:e, None, None, :]
+                scores += bias[s:e]
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            np.matmul(scores, v[s:e], out=ctx[s:e].transpose(0, 2, 1, 3))
-        attn = ctx.reshape(batch * seq, hidden) @ layer.out_w
+            out_ctx = np.matmul(scores, v[s:e], out=ctx[s:e])
+            out_ctx /= scores.sum(axis=-1, keepdims=True)  # softmax's division, on the narrower side
+        ctx4 = ctx.reshape(batch, heads, seq, head_dim).transpose(0, 2, 1, 3)
+        attn = ctx4.reshape(batch * seq, hidden) @ layer.out_w
         attn += layer.out_b
         attn += x
         x = _layer_norm(attn, layer.ln1_g, layer.ln1_b, m.eps)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from projections.graph import Outcome
@@ -72,6 +73,7 @@ class Indexer:
             if h.tenant is not None:
                 last[h.tenant] = h.position
                 touched.setdefault(h.tenant, set()).update(h.memory_ids)
+        started = time.perf_counter()
         for tenant, position in last.items():
             try:
                 indexes = self.stores.indexes(tenant)
@@ -83,5 +85,6 @@ class Indexer:
             except Exception:  # the graph is the truth: the index catches up when next opened
                 log.exception("indexing %s up to %d:%d failed", tenant, position.partition, position.offset)
         self.passes += 1
+        log.debug("indexed %d records of %d tenants in %.1f ms", len(batch), len(last), (time.perf_counter() - started) * 1e3)
         for h in batch:
             self.progress.record(h.tenant, h.position.partition, h.position.offset, h.outcome)

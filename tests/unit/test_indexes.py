@@ -1,0 +1,160 @@
+"""The search indexes against the graph: refreshed == rebuilt, catch-up after a crash, erasure.
+
+Real tantivy and hnswlib indexes in a real on-disk store; the embedder is the hashing one, so
+vectors are deterministic without model weights.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from projections.graph import Status
+from projections.indexes import TenantIndexes
+from projections.stores import TenantStores
+from schemas.events import Position
+from streams.embedder import embedding_text, load_embedder
+from streams.ingest import embed_missing
+from tests.factories import event, remembered
+
+EMB = load_embedder("hashing")
+WORDS = ["meta", "budget", "headline", "emoji", "tone", "roas", "target", "brand", "voice", "cap"]
+
+
+def stores(root: Path) -> TenantStores:
+    return TenantStores(root, vectors=(EMB.name, EMB.dim))
+
+
+class Tenant:
+    """Applies events to a tenant's graph and (when asked) its indexes, as the projector does."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.stores = stores(root)
+        self.offset = -1
+
+    def apply(self, event_type: str, payload: dict[str, Any], *, index: bool = True) -> Status:
+        ev = event(event_type, payload, tenant="t")
+        if event_type == "MemoryRemembered":
+            ev = embed_missing([(0, ev)], EMB)[0][1]
+        self.offset += 1
+        graph = self.stores.get("t", create=True)
+        assert graph is not None
+        outcome = graph.apply(ev, Position(0, self.offset, 1_700_000_000_000 + self.offset))
+        if index:
+            ix = self.indexes()
+            if outcome.status is Status.APPLIED and "memory_id" in payload:
+                ix.refresh([payload["memory_id"]])
+            ix.commit(Position(0, self.offset))
+        return outcome.status
+
+    def indexes(self) -> TenantIndexes:
+        found = self.stores.indexes("t")
+        assert found is not None
+        return found
+
+    def reopen(self) -> None:
+        self.stores.close()
+        self.stores = stores(self.root)
+        gc.collect()
+
+
+def contents(ix: TenantIndexes) -> tuple[dict[str, list[str]], dict[str, tuple[float, ...]]]:
+    """What the indexes hold, by memory id: the ids every word finds, and each vector."""
+    words = {w: sorted(i for i, _ in ix.text.search(w, 1000)) for w in WORDS}
+    vectors = {
+        mid: tuple(np.round(ix.vectors.index.get_items([label])[0], 5))
+        for label, mid in sorted(ix.vectors.ids.items())
+    }
+    return words, vectors
+
+
+def test_remember_revise_forget_reach_both_indexes(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("cap", label="Meta cap", content="Max 40k a month on meta"))
+    t.apply("MemoryRemembered", remembered("tone", label="Tone", content="No emoji in headlines"))
+    ix = t.indexes()
+    assert [i for i, _ in ix.text.search("emoji", 10)] == ["tone"]
+    assert ix.vectors.count() == 2
+    query = EMB.embed([embedding_text("Tone", "No emoji in headlines")])[0]
+    assert ix.vectors.search(query, 1)[0][0] == "tone"
+
+    t.apply("MemoryRevised", {"memory_id": "tone", "changes": {"content": "Emoji only on Fridays"}})
+    assert [i for i, _ in ix.text.search("fridays", 10)] == ["tone"]
+    assert ix.text.search("headlines", 10) == []
+
+    t.apply("MemoryForgotten", {"memory_id": "cap", "reason": "erasure request"})
+    assert ix.text.search("meta", 10) == []  # erased: no longer searchable at all
+    assert [mid for mid, _ in ix.vectors.search(query, 5)] == ["tone"]
+    graph = t.stores.get("t")
+    assert graph is not None and ix.memory_vector("cap") is None  # the vector left the graph too
+
+
+def test_an_index_behind_its_graph_catches_up_when_opened(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("a", content="meta budget"))
+    # a crash between the graph and the indexes: these reach the graph only
+    t.apply("MemoryRemembered", remembered("b", content="emoji tone"), index=False)
+    t.apply("MemoryRevised", {"memory_id": "a", "changes": {"content": "brand voice"}}, index=False)
+    t.stores._indexes.clear()  # the process died: nothing of the open indexes survives
+    t.reopen()
+    ix = t.indexes()
+    assert [i for i, _ in ix.text.search("emoji", 10)] == ["b"]
+    assert [i for i, _ in ix.text.search("voice", 10)] == ["a"]
+    assert ix.text.search("budget", 10) == []
+    assert sorted(ix.vectors.ids.values()) == ["a", "b"]
+    assert ix.text.checkpoint.read() == Position(0, 2)
+
+
+def test_a_lost_index_is_rebuilt_from_the_graph(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    for i, w in enumerate(WORDS):
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{w} words"))
+    before = contents(t.indexes())
+    t.reopen()
+    t.stores.close()
+    shutil.rmtree(tmp_path / "t" / "text")
+    shutil.rmtree(tmp_path / "t" / "vectors")
+    t.reopen()
+    assert contents(t.indexes()) == before
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["remember", "revise", "forget", "supersede"]),
+        st.integers(0, 5),
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=ops)
+def test_refreshed_indexes_equal_rebuilt_ones(tmp_path_factory: Any, steps: list[Any]) -> None:
+    """Whatever the sequence, the incrementally kept indexes hold what a rebuild from the graph does."""
+    root = tmp_path_factory.mktemp("ix")
+    t = Tenant(root)
+    for op, n, words in steps:
+        text = " ".join(words)
+        if op == "remember":
+            t.apply("MemoryRemembered", remembered(f"m{n}", content=text))
+        elif op == "revise":
+            t.apply("MemoryRevised", {"memory_id": f"m{n}", "changes": {"content": text}})
+        elif op == "forget":
+            t.apply("MemoryForgotten", {"memory_id": f"m{n}"})
+        else:
+            t.apply("MemorySuperseded", {"memory_id": f"m{n}", "superseded_by": f"m{(n + 1) % 6}"})
+    live = contents(t.indexes())
+    ix = t.indexes()
+    ix.rebuild()
+    ix.commit(Position(0, t.offset))
+    assert contents(ix) == live
+    t.stores.close()
