@@ -295,7 +295,8 @@ def render(ctx: dict[str, Any]) -> str:
             flag = f" [overridden by {', '.join(it['overridden_by'])}]" if it.get("overridden_by") else ""
             lines.append(
                 f"- **{it['label']}**{owner} [{it['importance_name']}, id {it['id']}]{status}{flag}: "
-                f"{it['content']} — set by {it['set_by']['actor']} ({it['set_by']['source']}) at {it['set_at']}"
+                f"{it['content']} — set by {it['set_by']['actor']} ({it['set_by']['source']}) "
+                f"at {it['set_at']}"
             )
         lines.append("")
     if ctx["conflicts"]:

@@ -85,6 +85,7 @@ class Indexer:
             except Exception:  # the graph is the truth: the index catches up when next opened
                 log.exception("indexing %s up to %d:%d failed", tenant, position.partition, position.offset)
         self.passes += 1
-        log.debug("indexed %d records of %d tenants in %.1f ms", len(batch), len(last), (time.perf_counter() - started) * 1e3)
+        took_ms = (time.perf_counter() - started) * 1e3
+        log.debug("indexed %d records of %d tenants in %.1f ms", len(batch), len(last), took_ms)
         for h in batch:
             self.progress.record(h.tenant, h.position.partition, h.position.offset, h.outcome)

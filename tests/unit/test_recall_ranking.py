@@ -76,7 +76,9 @@ def test_eligibility_is_structural() -> None:
     team = facts("t", scope="team", teams=frozenset({"growth"}))
     assert eligible(team, q, bob) and not eligible(team, q, alice)
     assert not eligible(facts("k"), RecallQuery(q="x", kinds=frozenset({"preference"})), bob)
-    budget = facts("b", classes=frozenset({v.ENGRAM + "BudgetConstraintMemory", v.ENGRAM + "MarketingMemory"}))
+    budget = facts(
+        "b", classes=frozenset({v.ENGRAM + c for c in ("BudgetConstraintMemory", "MarketingMemory")})
+    )
     assert eligible(budget, RecallQuery(q="x", classes=frozenset({v.ENGRAM + "MarketingMemory"})), bob)
 
 
