@@ -216,10 +216,15 @@ def build_context(
     keys: dict[str, set[str]] = {}
     pairs: set[tuple[str, str]] = set()
     for memory_id in _top_tier_ids(graph, who):
-        m = memory_facts(graph, memory_id)
-        if m is None or not m.active or m.expired or not m.visible_to(who):
+        lean = (
+            indexes.candidate(memory_id) if indexes is not None else memory_facts(graph, memory_id, lean=True)
+        )
+        if lean is None or not lean.active or lean.expired or not lean.visible_to(who):
             continue
-        if m.importance < TOP_TIER or m.confidence < options.confidence_floor:
+        if lean.importance < TOP_TIER or lean.confidence < options.confidence_floor:
+            continue
+        m = memory_facts(graph, memory_id)
+        if m is None:
             continue
         derived = _inferred(graph, m.id)
         if m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:

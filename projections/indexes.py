@@ -9,17 +9,19 @@ graph keeps), and an index with no checkpoint is rebuilt from the graph.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-from pyoxigraph import Literal, NamedNode
+from pyoxigraph import Literal, NamedNode, Quad
 
-from projections.graph import ASSERTED, META, VECTORS, TenantGraph, e, memory_iri
+from projections.graph import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, TenantGraph, e, memory_iri
 from projections.text_index import TextIndex
 from projections.vector_index import VectorIndex, label_of
+from projections.visibility import MemoryFacts, memory_facts
 from schemas import vocabulary as v
 from schemas.events import Position
 
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 MEMORY_PREFIX = "urn:engram:memory:"
 EVENT_PREFIX = "urn:engram:event:"
 TEXT_PREDICATES = ("label", "content")
+ACTIVE, EXPIRED = e("ActiveMemory"), e("Expired")
+LEAN_CACHE = 200_000  # memories whose lean facts are kept (~1 KB each)
 SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector index
 Tick = Callable[[int, int], None]
 
@@ -53,6 +57,8 @@ class TenantIndexes:
     def __init__(self, root: Path, graph: TenantGraph, model: str, dim: int) -> None:
         self.graph = graph
         self.model = model
+        self._lean: dict[str, MemoryFacts] = {}  # what changes only with the memory's own events
+        self._tokens: dict[str, tuple[str, int]] = {}
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
@@ -114,10 +120,42 @@ class TenantIndexes:
                     changed.add(memory_id_of(hit.subject))  # type: ignore[arg-type]
         return changed
 
+    def candidate(self, memory_id: str) -> MemoryFacts | None:
+        """A memory's lean facts for eligibility and ranking, cheap enough for every candidate.
+
+        Its own fields change only through events this index refreshes (which drop them from the
+        cache); whether it is active or expired is the rules' and is looked up fresh every time.
+        """
+        base = self._lean.get(memory_id)
+        if base is None:
+            base = memory_facts(self.graph, memory_id, lean=True)
+            if base is None:
+                return None
+            if len(self._lean) >= LEAN_CACHE:
+                self._lean.clear()
+            self._lean[memory_id] = base
+        m = memory_iri(memory_id)
+        store = self.graph.store
+        active = Quad(m, RDF_TYPE, ACTIVE, INFERRED) in store
+        expired = Quad(m, RDF_TYPE, EXPIRED, INFERRED) in store
+        if (active, expired) != (base.active, base.expired):
+            base = self._lean[memory_id] = dataclasses.replace(base, active=active, expired=expired)
+        return base
+
+    def tokens(self, memory_id: str, text: str, count: Callable[[str], int]) -> int:
+        """Tokens of a memory's text, counted once per version of it."""
+        found = self._tokens.get(memory_id)
+        if found is None or found[0] != text:
+            if len(self._tokens) >= LEAN_CACHE:
+                self._tokens.clear()
+            found = self._tokens[memory_id] = (text, count(text))
+        return found[1]
+
     # -- writing ----------------------------------------------------------------------------
     def refresh(self, memory_ids: Iterable[str]) -> None:
         """Re-read these memories from the graph into both indexes (not yet committed)."""
         for memory_id in memory_ids:
+            self._lean.pop(memory_id, None)
             text = self.memory_text(memory_id)
             if text is None:
                 self.text.delete(memory_id)
@@ -160,6 +198,7 @@ class TenantIndexes:
 
     def rebuild(self, *, only: str | None = None, tick: Tick | None = None) -> int:
         """Every memory of the graph into the index(es), from empty; returns how many."""
+        self._lean.clear()
         ids = self.memory_ids()
         if only in (None, "text"):
             self.text.clear()

@@ -21,7 +21,7 @@ import numpy as np
 
 from projections.indexes import TenantIndexes
 from projections.ontology import Ontology
-from projections.visibility import MemoryFacts, Principal, memory_facts
+from projections.visibility import MemoryFacts, Principal, with_text
 from schemas import vocabulary as v
 
 Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
@@ -157,14 +157,21 @@ def rank(
     return hits
 
 
-def pack(hits: Sequence[Hit], limit: int, budget: int | None, count: Callable[[str], int]) -> list[Hit]:
+def pack(
+    hits: Sequence[Hit],
+    limit: int,
+    budget: int | None,
+    count: Callable[[str], int],
+    cached: Callable[[str, str, Callable[[str], int]], int] | None = None,
+) -> list[Hit]:
     """The best hits, at most ``limit``, whose tokens (label + content) fit the budget together."""
     out: list[Hit] = []
     used = 0
     for hit in hits:
         if len(out) >= limit:
             break
-        tokens = count(f"{hit.memory.label}\n{hit.memory.content}")
+        text = f"{hit.memory.label}\n{hit.memory.content}"
+        tokens = cached(hit.memory.id, text, count) if cached is not None else count(text)
         if budget is not None and used + tokens > budget:
             continue  # a smaller one further down may still fit
         used += tokens
@@ -190,13 +197,16 @@ def recall(
         vector = {}
         if query_vector is not None and query.fusion != "bm25":
             vector = dict(indexes.vectors.search(query_vector, pool))
-        facts = [f for i in dict.fromkeys([*bm25, *vector]) if (f := memory_facts(indexes.graph, i))]
+        facts = [f for i in dict.fromkeys([*bm25, *vector]) if (f := indexes.candidate(i))]
         candidates = [f for f in facts if eligible(f, query, who)]
         if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
             break
         pool *= 4  # most candidates were not eligible: look deeper
     hits = rank(candidates, bm25, vector, query.fusion, now, class_weight)
-    return pack(hits, query.limit, query.budget_tokens, count_tokens)
+    # the whole memory only for those that may be returned (a budget may skip some of them)
+    shown = 3 * query.limit if query.budget_tokens is not None else query.limit
+    full = [Hit(with_text(indexes.graph, h.memory), h.score, h.signals) for h in hits[:shown]]
+    return pack(full, query.limit, query.budget_tokens, count_tokens, indexes.tokens)
 
 
 def class_weights(ontology: Ontology) -> Callable[[MemoryFacts], float]:

@@ -6,6 +6,7 @@ request names; one API dependency builds it, so switching to tokens changes that
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from pyoxigraph import Literal, NamedNode
@@ -65,7 +66,16 @@ def local_name(iri: str) -> str:
     return iri[len(v.ENGRAM) :] if iri.startswith(v.ENGRAM) else iri
 
 
-def memory_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
+LEAN = (
+    "memoryId", "kind", "scope", "stakeholderUser", "importance", "confidence", "memoryClass", "validFrom"
+)  # fmt: skip
+
+
+def memory_facts(graph: TenantGraph, memory_id: str, *, lean: bool = False) -> MemoryFacts | None:
+    """A memory's facts; ``lean`` reads only what eligibility and ranking need (no label, content
+    or attribution), with point lookups: a tenth of the cost, for the many candidates of a recall."""
+    if lean:
+        return _lean_facts(graph, memory_id)
     m = memory_iri(memory_id)
     one: dict[str, str] = {}
     teams: set[str] = set()
@@ -109,3 +119,46 @@ def inferred_values(graph: TenantGraph, memory_id: str, predicate: str) -> list[
         q.object  # type: ignore[misc]
         for q in graph.store.quads_for_pattern(memory_iri(memory_id), e(predicate), None, INFERRED)
     ]
+
+
+def _lean_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
+    m = memory_iri(memory_id)
+    store = graph.store
+    one: dict[str, str] = {}
+    for name in LEAN:
+        for q in store.quads_for_pattern(m, e(name), None, ASSERTED):
+            one[name] = q.object.value
+            break
+    if "memoryId" not in one:
+        return None
+    classes = {q.object.value for q in store.quads_for_pattern(m, RDF_TYPE, None, None)}
+    teams: frozenset[str] = frozenset()
+    if one.get("scope") == "team":
+        found = store.quads_for_pattern(m, e("stakeholderTeam"), None, ASSERTED)
+        teams = frozenset(q.object.value for q in found)
+    return MemoryFacts(
+        id=memory_id,
+        label="",
+        content="",
+        kind=one.get("kind", ""),
+        scope=one.get("scope", ""),
+        user=one.get("stakeholderUser"),
+        teams=teams,
+        importance=int(one.get("importance", 0)),
+        confidence=float(one.get("confidence", 1.0)),
+        memory_class=local_name(one.get("memoryClass", v.ENGRAM + "Memory")),
+        classes=frozenset(classes),
+        active=v.ENGRAM + "ActiveMemory" in classes,
+        expired=v.ENGRAM + "Expired" in classes,
+        valid_from=one.get("validFrom"),
+    )
+
+
+def with_text(graph: TenantGraph, facts: MemoryFacts) -> MemoryFacts:
+    """Lean facts completed with the label and content a recall answer shows."""
+    m = memory_iri(facts.id)
+    text = {
+        name: next((q.object.value for q in graph.store.quads_for_pattern(m, e(name), None, ASSERTED)), "")
+        for name in ("label", "content")
+    }
+    return dataclasses.replace(facts, **text)

@@ -215,9 +215,7 @@ _ERF_BETA = tuple(
         -1.42647390514189e-02,
     )
 )  # fmt: skip
-
-
-_ERF_ALPHA_HALF = tuple(_F32(0.5) * c for c in _ERF_ALPHA)  # 0.5*erf: exact, a power of two
+_ERF_ALPHA_HALF = tuple(_F32(0.5) * c for c in _ERF_ALPHA)  # numerator of 0.5*erf (scaling by 0.5 is exact)
 _GELU_CHUNK = 1 << 15  # elements per GELU chunk: its few temporaries then stay in L2
 
 
@@ -247,7 +245,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 _FF_ROWS = 512  # the feed-forward runs in row blocks so its 4x-wide activations are not all live at once
-_ATTN_SCORES = 1 << 17  # attention scores computed at a time (512 KB, so softmax runs in L2)
+_ATTN_SCORES = 1 << 20  # attention scores held at a time (4 MB): bounds memory for long batches
 
 
 def _encode(m: _Bert, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -260,30 +258,27 @@ def _encode(m: _Bert, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     _layer_norm(x, m.ln_g, m.ln_b, m.eps)
 
     padded = bool((lengths < seq).any())
-    if padded:  # additive mask over key positions, as HF's extended attention mask; one row per (seq, head)
+    if padded:  # additive mask over key positions, as HF's extended attention mask
         bias = np.where(np.arange(seq) < lengths[:, None], _F32(0), np.finfo(_F32).min).astype(_F32)
-        bias = np.repeat(bias, heads, axis=0)[:, None, :]
-    step = max(1, _ATTN_SCORES // (seq * seq))
-    ctx = np.empty((batch * heads, seq, head_dim), dtype=_F32)
+        bias = bias[:, None, None, :]
+    per_step = max(1, _ATTN_SCORES // (heads * seq * seq))
+    ctx = np.empty((batch, seq, heads, head_dim), dtype=_F32)
 
     for layer in m.layers:
         qkv = x @ layer.qkv_w
         qkv += layer.qkv_b
-        # (3, batch*heads, seq, head_dim), contiguous so each score block is one strided BLAS batch.
-        q, k, v = np.ascontiguousarray(
-            qkv.reshape(batch, seq, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
-        ).reshape(3, batch * heads, seq, head_dim)
-        for s in range(0, batch * heads, step):
-            e = s + step
-            scores = q[s:e] @ k[s:e].transpose(0, 2, 1)  # (step, seq, seq)
+        # Views of shape (batch, heads, seq, head_dim): BLAS takes the strides as they are, no copies.
+        q, k, v = qkv.reshape(batch, seq, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
+        for s in range(0, batch, per_step):
+            e = s + per_step
+            scores = q[s:e] @ k[s:e].transpose(0, 1, 3, 2)  # (sequences, heads, seq, seq)
             if padded:
                 scores += bias[s:e]
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
-            out_ctx = np.matmul(scores, v[s:e], out=ctx[s:e])
-            out_ctx /= scores.sum(axis=-1, keepdims=True)  # softmax's division, on the narrower side
-        ctx4 = ctx.reshape(batch, heads, seq, head_dim).transpose(0, 2, 1, 3)
-        attn = ctx4.reshape(batch * seq, hidden) @ layer.out_w
+            scores /= scores.sum(axis=-1, keepdims=True)
+            np.matmul(scores, v[s:e], out=ctx[s:e].transpose(0, 2, 1, 3))
+        attn = ctx.reshape(batch * seq, hidden) @ layer.out_w
         attn += layer.out_b
         attn += x
         x = _layer_norm(attn, layer.ln1_g, layer.ln1_b, m.eps)
