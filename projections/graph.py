@@ -360,6 +360,12 @@ def rejection_reason(exc: BaseException) -> str:
 
 def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: GraphState) -> Delta:
     """``plan`` followed by the shapes of the memory it creates or revises."""
+    if event.type == "MemoryRemembered":
+        cls = v.class_iri(event.payload.get("memory_class") or "Memory")
+        if cls in knowledge.derived_classes:
+            raise InvalidEvent(
+                f"memory_class {cls.removeprefix(v.ENGRAM)} is derived by the rules; it cannot be asserted"
+            )
     delta = plan(event, position, state)
     if event.type in ("MemoryRemembered", "MemoryRevised"):
         violations = node_violations(knowledge, delta, state, memory_iri(event.payload["memory_id"]))

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from pyoxigraph import NamedNode
+
 from projections.ontology import Ontology, load_ontology
 from projections.rules.engine import RuleEngine
 from projections.rules.syntax import load_rules
 from projections.shapes import Shapes, load_shapes
+from schemas import vocabulary as v
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ONTOLOGY_DIR = REPO / "ontology"
@@ -23,6 +26,7 @@ class Knowledge:
     shapes: Shapes
     engine: RuleEngine
     digest: str  # changes whenever the ontology or a rule file changes
+    derived_classes: frozenset[str] = frozenset()  # classes a rule concludes: never asserted
 
     @property
     def prefixes(self) -> dict[str, str]:
@@ -39,4 +43,10 @@ def load_knowledge(
     digest = hashlib.sha256(ontology.digest.encode())
     for path in sorted(rules_dir.glob("*.dlog")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest())
+    derived = frozenset(
+        head.o.value
+        for rule in program.rules
+        for head in rule.heads
+        if isinstance(head.p, NamedNode) and head.p.value == v.RDF_TYPE and isinstance(head.o, NamedNode)
+    )
+    return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest(), derived)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pyoxigraph import Literal, NamedNode, RdfFormat, parse
+from pyoxigraph import Literal, RdfFormat, parse
 
 from projections.knowledge import Knowledge
 from projections.shapes import PropertyShape
@@ -136,12 +136,7 @@ def _memory_classes(knowledge: Knowledge) -> list[str]:
     Asserting a derived class would put a memory where the rules decide membership, for example
     into the live context past its cap.
     """
-    derived = {
-        head.o.value
-        for rule in knowledge.engine.program.rules
-        for head in rule.heads
-        if isinstance(head.p, NamedNode) and head.p.value == v.RDF_TYPE and isinstance(head.o, NamedNode)
-    }
+    derived = knowledge.derived_classes
     memory = [c for c in knowledge.ontology.superclasses if knowledge.ontology.is_memory_class(c)]
     return sorted((c for c in memory if c not in derived), key=_name)
 

@@ -158,3 +158,11 @@ def test_refreshed_indexes_equal_rebuilt_ones(tmp_path_factory: Any, steps: list
     ix.commit(Position(0, t.offset))
     assert contents(ix) == live
     t.stores.close()
+
+
+def test_a_class_the_rules_derive_cannot_be_asserted(tmp_path: Path) -> None:
+    """Writing LiveContext directly would put a memory in the live context past its cap."""
+    t = Tenant(tmp_path)
+    for cls in ("LiveContext", "ActiveMemory", "LiveCandidate"):
+        assert t.apply("MemoryRemembered", remembered(f"x-{cls}", memory_class=cls)) is Status.REJECTED
+    assert t.apply("MemoryRemembered", remembered("ok", memory_class="BrandVoiceMemory")) is Status.APPLIED
