@@ -41,3 +41,12 @@ class LagMonitor:
             position = max(handled.get(tp.partition, -1) + 1, done.offset if done else 0)
             lag[tp.partition] = max(0, ends[tp] - position)
         return lag
+
+    async def end_offset(self, partition: int) -> int | None:
+        """The next offset the log will give ``partition`` of the events topic; None if no such partition."""
+        tp = TopicPartition(self.settings.events_topic, partition)
+        if partition not in (self._consumer.partitions_for_topic(tp.topic) or set()):
+            await self._consumer.topics()  # refresh the metadata once before saying no
+            if partition not in (self._consumer.partitions_for_topic(tp.topic) or set()):
+                return None
+        return (await self._consumer.end_offsets([tp]))[tp]  # type: ignore[no-any-return]

@@ -172,6 +172,10 @@ async def context(
     response.headers["Cache-Control"] = "no-store"
     if after is not None:
         partition, offset = (int(x) for x in after.split(":"))
+        end = await runtime.lag.end_offset(partition)
+        if end is None or offset >= end:
+            where = "no such partition" if end is None else f"the partition ends at offset {end}"
+            raise problem(422, f"position {after} is not in the log ({where})", ["query", "after"])
         if runtime.progress.last_offset.get(partition, -1) < offset:
             handled = await runtime.progress.wait_for(partition, offset, runtime.settings.wait_timeout_s)
             if handled is None:

@@ -335,6 +335,9 @@ def test_recall_refuses_bad_input_with_a_reason(rserver: tuple[Server, Settings]
         r = httpx.get(f"{url}/recall", params=params)
         assert r.status_code == 422, (params, r.text)
     assert httpx.get(f"{url}/context", params={"after": "1:2\n"}).status_code == 422
+    for beyond in ("0:999999999", "4096:0"):  # well formed, but no write of the log is there
+        r = httpx.get(f"{url}/context", params={"after": beyond}, timeout=10)
+        assert r.status_code == 422 and "not in the log" in r.json()["detail"][0]["msg"], r.text
     assert httpx.get(f"{srv.url}/v1/tenants/nobody-here/recall", params={"q": "x"}).json() == {
         "data": [],
         "tokens": 0,

@@ -7,7 +7,9 @@ One setting widens a check, for the two write operations only: a schema-valid wr
 refused with 422, because some of its rules cannot be stated in an OpenAPI document (a rule
 across the Idempotency-Key header and the body's ``event_id``; the ontology's classes and their
 SHACL shapes; ``replaces`` naming an existing memory; a user- or team-scoped memory naming its
-stakeholders). Every other check, and this one for every other operation, runs as shipped.
+stakeholders). The same for the context's ``after``: a well-formed position that the log does not
+hold (a partition that does not exist, an offset past its end) is a 422. Every other check, and
+this one for every other operation, runs as shipped.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ CONFIG = """
 include-method = "POST"
 include-path = ["/v1/tenants/{tenant}/memories", "/v1/tenants/{tenant}/kpis"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "409", "422"]
+
+[[operations]]
+include-method = "GET"
+include-path = ["/v1/tenants/{tenant}/context"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "422"]
 """
 
 
