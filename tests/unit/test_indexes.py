@@ -166,3 +166,15 @@ def test_a_class_the_rules_derive_cannot_be_asserted(tmp_path: Path) -> None:
     for cls in ("LiveContext", "ActiveMemory", "LiveCandidate"):
         assert t.apply("MemoryRemembered", remembered(f"x-{cls}", memory_class=cls)) is Status.REJECTED
     assert t.apply("MemoryRemembered", remembered("ok", memory_class="BrandVoiceMemory")) is Status.APPLIED
+
+
+def test_exact_similarities_match_the_nearest_neighbours(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    for i, w in enumerate(WORDS):
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{w} {WORDS[(i + 1) % len(WORDS)]}"))
+    ix = t.indexes()
+    query = EMB.embed(["meta budget headline"])[0]
+    nearest = dict(ix.vectors.search(query, len(WORDS)))
+    exact = ix.vectors.similarities(query, [*nearest, "unknown"])
+    assert set(exact) == set(nearest)
+    assert all(abs(exact[k] - nearest[k]) < 1e-5 for k in nearest)
