@@ -9,6 +9,7 @@ averaged per category.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -18,7 +19,22 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = REPO.parent / "shared" / "data" / "realtalk"
+# Where REALTALK is: ENGRAM_REALTALK_DIR, else beside the checkout (../shared/data/realtalk), else
+# the workplace's copy; a clone elsewhere on the same machine still finds it.
+CANDIDATES = (REPO.parent / "shared" / "data" / "realtalk", Path("/work/shared/data/realtalk"))
+
+
+def data_dir() -> Path:
+    given = os.environ.get("ENGRAM_REALTALK_DIR")
+    for path in ([Path(given)] if given else []) + list(CANDIDATES):
+        if any(path.glob("Chat_*.json")):
+            return path
+    raise FileNotFoundError(
+        "REALTALK not found: set ENGRAM_REALTALK_DIR to the directory of its Chat_*.json files "
+        f"(looked in {', '.join(str(p) for p in CANDIDATES)})"
+    )
+
+
 EVIDENCE = re.compile(r"D(\d+):(\d+)")
 
 
@@ -84,7 +100,8 @@ def load_chat(path: Path, tenant: str) -> Chat:
     return Chat(tenant, tuple(turns), tuple(questions))
 
 
-def load_chats(directory: Path = DATA_DIR, names: Sequence[str] | None = None) -> list[Chat]:
+def load_chats(directory: Path | None = None, names: Sequence[str] | None = None) -> list[Chat]:
+    directory = directory or data_dir()
     files = sorted(directory.glob("Chat_*.json"), key=lambda p: int(p.name.split("_")[1]))
     chats = []
     for path in files:

@@ -99,8 +99,13 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
     restarted = Server(settings, tmp_path / "server.log").start()
     try:
         ready = restarted.wait_ready(timeout=180)
-        # Records handled before the kill but not yet committed came again and were skipped.
-        assert ready["handled"].get("skipped", 0) > 0, ready
+        # Records handled before the kill but not yet committed come again and are skipped; how many
+        # depends on where the kill fell against Faust's one-second offset commit (none, if it fell
+        # while the agent was idle after a commit), so this only reports them. Skipping by the
+        # checkpoint is asserted deterministically in tests/unit/test_graph_projection.py; here
+        # the per-tenant counts and the replay below prove nothing was lost or applied twice.
+        print({"applied_at_kill": applied_at_kill, "after_restart": ready["handled"]})
+        assert sum(ready["handled"].values()) + applied_at_kill >= len(events), ready
         for tenant, model in models.items():
             live = httpx.get(f"{restarted.url}/v1/tenants/{tenant}/graph", timeout=30).text
             handled = re.search(r'<urn:engram:projection> <https://engram.dev/ns#handled> "(\d+)"', live)

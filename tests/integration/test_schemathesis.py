@@ -8,7 +8,8 @@ refused with 422, because some of its rules cannot be stated in an OpenAPI docum
 across the Idempotency-Key header and the body's ``event_id``; the ontology's classes and their
 SHACL shapes; ``replaces`` naming an existing memory; a user- or team-scoped memory naming its
 stakeholders). The same for the context's ``after``: a well-formed position that the log does not
-hold (a partition that does not exist, an offset past its end) is a 422. Every other check, and
+hold (a partition that does not exist, an offset past its end) is a 422; and a memory id that no
+memory has is a 404 (the generator cannot know which ids exist). Every other check, and
 this one for every other operation, runs as shipped.
 """
 
@@ -29,6 +30,14 @@ CONFIG = """
 include-method = "POST"
 include-path = ["/v1/tenants/{tenant}/memories", "/v1/tenants/{tenant}/kpis"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "409", "422"]
+
+[[operations]]
+include-method = "GET"
+include-path = [
+  "/v1/tenants/{tenant}/memories/{memory_id}",
+  "/v1/tenants/{tenant}/memories/{memory_id}/derivations",
+]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
 
 [[operations]]
 include-method = "GET"
