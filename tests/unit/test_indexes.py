@@ -178,3 +178,27 @@ def test_exact_similarities_match_the_nearest_neighbours(tmp_path: Path) -> None
     exact = ix.vectors.similarities(query, [*nearest, "unknown"])
     assert set(exact) == set(nearest)
     assert all(abs(exact[k] - nearest[k]) < 1e-5 for k in nearest)
+
+
+def test_engram_rebuild_index_rebuilds_both_with_progress(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from engram.cli import main
+
+    t = Tenant(tmp_path / "tenants")
+    for i, w in enumerate(WORDS):
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{w} words"))
+    before = contents(t.indexes())
+    t.stores.close()
+    shutil.rmtree(tmp_path / "tenants" / "t" / "text")
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing")
+    assert main(["rebuild-index", "t"]) == 0
+    out, err = capsys.readouterr()
+    assert (
+        f"{len(WORDS)} documents, {len(WORDS)} vectors" in out
+        and f"{len(WORDS)}/{len(WORDS)} memories" in err
+    )
+    t.reopen()
+    assert contents(t.indexes()) == before
+    assert main(["rebuild-index", "nobody"]) == 1
