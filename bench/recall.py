@@ -142,7 +142,7 @@ def synthetic_tenant(
             scope, holders, importance = "team", {"team_ids": [f"team{i % 7}"]}, rng.choice([2, 3, 4])
         payload = {
             "memory_id": f"m{i}",
-            "label": src["label"],
+            "label": f"{src['label']} #{i}",  # unique: equal labels are structural conflicts (O(k²))
             "content": f"{src['content']} (note {i})",
             "kind": rng.choice(["fact", "preference", "context", "objective"]),
             "scope": scope,

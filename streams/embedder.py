@@ -8,10 +8,13 @@ dependency we do not want). ``HashingEmbedder`` is a weight-free stand-in for te
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -305,23 +308,89 @@ def _encode(m: _Bert, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return pooled
 
 
+@cache
+def _openblas_threads() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    """numpy's OpenBLAS thread-count setter and getter, found among the loaded libraries (Linux only)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in ("scipy_openblas", "openblas"):  # numpy 2 wheels prefix and suffix the symbols
+            for suffix in ("64_", ""):
+                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                if setter is not None and getter is not None:
+                    setter.argtypes, setter.restype = [ctypes.c_int], None
+                    getter.argtypes, getter.restype = [], ctypes.c_int
+                    return setter, getter
+    return None
+
+
+_blas_lock = threading.Lock()
+_blas_depth = 0
+_blas_saved = 0
+
+
+@contextmanager
+def _blas_threads(n: int | None) -> Iterator[None]:
+    """Run the block with OpenBLAS on ``n`` threads, then put back what was there (nesting-safe).
+
+    OpenBLAS's count is process-wide, hence the depth counter: the first caller in saves, the last out
+    restores. With n=None, or a BLAS other than OpenBLAS, this does nothing.
+    """
+    global _blas_depth, _blas_saved
+    api = _openblas_threads() if n is not None else None
+    if api is None:
+        yield
+        return
+    setter, getter = api
+    with _blas_lock:
+        if _blas_depth == 0:
+            _blas_saved = getter()
+            setter(n)
+        _blas_depth += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_depth -= 1
+            if _blas_depth == 0:
+                setter(_blas_saved)
+
+
 class MiniLM:
     """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT, mean pooling over real tokens, L2 norm.
 
     Texts are truncated to the model's ``max_seq_length`` (256 tokens counting [CLS] and [SEP]), so
     anything past about 254 word pieces does not affect the vector. Weights load on first use.
+
+    ``blas_threads`` (default 1) is how many threads OpenBLAS may use during ``embed``: on this 2-core
+    kind of machine, shared with the broker and the API, OpenBLAS's spinning worker threads made a
+    short query 10-20x slower under load, while one thread costs about a third when the machine is
+    idle. None leaves OpenBLAS as configured (e.g. by OPENBLAS_NUM_THREADS).
     """
 
     name = MINILM_ID
     dim = 384
 
-    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 32) -> None:
+    def __init__(
+        self, model_dir: str | Path | None = None, batch_size: int = 32, blas_threads: int | None = 1
+    ) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else minilm_model_dir()
         if not (self.model_dir / "model.safetensors").is_file():
             raise FileNotFoundError(f"no model.safetensors under {self.model_dir}")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if blas_threads is not None and blas_threads < 1:
+            raise ValueError("blas_threads must be at least 1, or None")
         self.batch_size = batch_size
+        self.blas_threads = blas_threads
 
     @property
     def max_seq_length(self) -> int:
@@ -336,13 +405,14 @@ class MiniLM:
         encodings = _tokenizer(self.model_dir, m.max_seq_length).encode_batch(texts)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         order = np.argsort(-lengths, kind="stable")  # similar lengths share a batch: little padding
-        for s in range(0, len(texts), self.batch_size):
-            idx = order[s : s + self.batch_size]
-            lens = lengths[idx]
-            ids = np.zeros((len(idx), int(lens.max())), dtype=np.int64)  # [PAD] is id 0
-            for row, i in enumerate(idx):
-                ids[row, : lens[row]] = encodings[i].ids
-            out[idx] = _encode(m, ids, lens)
+        with _blas_threads(self.blas_threads):
+            for s in range(0, len(texts), self.batch_size):
+                idx = order[s : s + self.batch_size]
+                lens = lengths[idx]
+                ids = np.zeros((len(idx), int(lens.max())), dtype=np.int64)  # [PAD] is id 0
+                for row, i in enumerate(idx):
+                    ids[row, : lens[row]] = encodings[i].ids
+                out[idx] = _encode(m, ids, lens)
         return _normalise_rows(out)
 
     def count_tokens(self, text: str) -> int:

@@ -99,6 +99,35 @@ def test_edge_inputs(minilm: MiniLM) -> None:
     np.testing.assert_allclose(minilm.embed((CHAR,)), minilm.embed([CHAR]), rtol=0, atol=0)
 
 
+def test_blas_runs_single_threaded_during_embed_and_is_restored(
+    minilm: MiniLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = emb._openblas_threads()
+    if api is None:
+        pytest.skip("numpy is not linked against OpenBLAS here")
+    setter, getter = api
+    seen: list[int] = []
+    real_encode = emb._encode
+
+    def spy(*args: object) -> np.ndarray:
+        seen.append(getter())
+        return real_encode(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(emb, "_encode", spy)
+    before = getter()
+    setter(2)
+    try:
+        minilm.embed([SHORT, LONG])
+        assert seen == [1]
+        assert getter() == 2
+        MiniLM(blas_threads=None).embed([SHORT])
+        assert seen == [1, 2]
+    finally:
+        setter(before)
+    with pytest.raises(ValueError, match="blas_threads"):
+        MiniLM(blas_threads=0)
+
+
 def test_count_tokens_is_wordpieces_without_specials(minilm: MiniLM) -> None:
     assert minilm.count_tokens(SHORT) == 7  # the cat sat on the mat .
     assert minilm.count_tokens(CHAR) == 1
