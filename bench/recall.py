@@ -136,10 +136,14 @@ def synthetic_tenant(
             importance = 5  # a few hundred company High/Critical memories compete for the live context
         elif roll < 0.004:
             importance = 4
-        elif roll < 0.3:
-            scope, holders, importance = "user", {"user_id": f"u{i % 50}"}, rng.choice([2, 3, 4, 5])
-        elif roll < 0.4:
-            scope, holders, importance = "team", {"team_ids": [f"team{i % 7}"]}, rng.choice([2, 3, 4])
+        elif roll < 0.3:  # 500 users with ~60 memories each, ~30% of them top tier
+            scope, holders, importance = "user", {"user_id": f"u{i % 500}"}, rng.choice([2, 2, 3, 3, 3, 4, 5])
+        elif roll < 0.4:  # 50 teams with ~200 each
+            scope, holders, importance = (
+                "team",
+                {"team_ids": [f"team{i % 50}"]},
+                rng.choice([2, 2, 3, 3, 3, 4, 5]),
+            )
         payload = {
             "memory_id": f"m{i}",
             "label": f"{src['label']} #{i}",  # unique: equal labels are structural conflicts (O(k²))
@@ -187,7 +191,7 @@ def latency(base: Settings, n: int, pool: list[Event], questions: list[str], roo
     search_ms = []
     for q, vec in zip(questions, vectors, strict=True):
         started = time.perf_counter()
-        recall(indexes, RecallQuery(q=q), Principal("u7", frozenset({"team3"})), vec,
+        recall(indexes, RecallQuery(q=q), Principal("u7", frozenset({"team7"})), vec,
                count_tokens=embedder.count_tokens, class_weight=weight)  # fmt: skip
         search_ms.append((time.perf_counter() - started) * 1e3)
     text_ms, vector_ms = [], []
@@ -226,7 +230,7 @@ def latency(base: Settings, n: int, pool: list[Event], questions: list[str], roo
             r.raise_for_status()
             rec_embed.append(_phase(r, "embed"))
             t0 = time.perf_counter()
-            r = client.get(f"{url}/context", params={"user": f"u{i % 50}", "teams": f"team{i % 7}", "q": q})
+            r = client.get(f"{url}/context", params={**who, "q": q})
             ctx.append((time.perf_counter() - t0) * 1e3)
             r.raise_for_status()
             ctx_embed.append(_phase(r, "embed"))

@@ -21,7 +21,7 @@ from pyoxigraph import Literal
 from projections.graph import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, TenantGraph, e
 from projections.indexes import TenantIndexes, memory_id_of
 from projections.ontology import Ontology
-from projections.visibility import MemoryFacts, Principal, local_name, memory_facts
+from projections.visibility import MemoryFacts, Principal, local_name, memory_facts, with_display
 from schemas import vocabulary as v
 
 TOP_TIER = v.Importance.HIGH
@@ -223,9 +223,7 @@ def build_context(
             continue
         if lean.importance < TOP_TIER or lean.confidence < options.confidence_floor:
             continue
-        m = memory_facts(graph, memory_id)
-        if m is None:
-            continue
+        m = with_display(graph, lean)
         derived = _inferred(graph, m.id)
         if m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:
             continue
@@ -233,7 +231,7 @@ def build_context(
         pairs |= {(m.id, memory_id_of(t)) for t in derived.get("conflictsWith", [])}
         similarity = None
         if query_vector is not None and indexes is not None:
-            vec = indexes.memory_vector(m.id)
+            vec = indexes.vectors.vector(m.id)
             if vec is not None:
                 similarity = round(float(np.dot(vec, query_vector) / (np.linalg.norm(vec) or 1.0)), 6)
         items.append(

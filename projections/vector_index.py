@@ -113,3 +113,9 @@ class VectorIndex:
         norms = np.linalg.norm(points, axis=1) * (np.linalg.norm(vector) or 1.0)
         sims = points @ vector / np.where(norms > 0, norms, 1.0)
         return {mid: float(s) for (mid, _), s in zip(known, sims, strict=True)}
+
+    def vector(self, memory_id: str) -> np.ndarray | None:
+        label = label_of(memory_id)
+        if label not in self.ids:
+            return None
+        return np.asarray(self.index.get_items([label])[0], dtype=np.float32)

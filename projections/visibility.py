@@ -131,11 +131,18 @@ def _lean_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
             break
     if "memoryId" not in one:
         return None
-    classes = {q.object.value for q in store.quads_for_pattern(m, RDF_TYPE, None, None)}
+    classes = frozenset(q.object.value for q in store.quads_for_pattern(m, RDF_TYPE, None, None))
     teams: frozenset[str] = frozenset()
     if one.get("scope") == "team":
         found = store.quads_for_pattern(m, e("stakeholderTeam"), None, ASSERTED)
         teams = frozenset(q.object.value for q in found)
+    return lean_from(memory_id, one, classes, teams)
+
+
+def lean_from(
+    memory_id: str, one: dict[str, str], classes: frozenset[str], teams: frozenset[str]
+) -> MemoryFacts:
+    """Lean facts from the values of ``LEAN`` predicates, however they were read."""
     return MemoryFacts(
         id=memory_id,
         label="",
@@ -143,22 +150,38 @@ def _lean_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
         kind=one.get("kind", ""),
         scope=one.get("scope", ""),
         user=one.get("stakeholderUser"),
-        teams=teams,
+        teams=teams if one.get("scope") == "team" else frozenset(),
         importance=int(one.get("importance", 0)),
         confidence=float(one.get("confidence", 1.0)),
         memory_class=local_name(one.get("memoryClass", v.ENGRAM + "Memory")),
-        classes=frozenset(classes),
+        classes=classes,
         active=v.ENGRAM + "ActiveMemory" in classes,
         expired=v.ENGRAM + "Expired" in classes,
         valid_from=one.get("validFrom"),
     )
 
 
+DISPLAY = ("label", "content", "source", "actor", "actorRole", "recordedAt")
+
+
+def with_display(graph: TenantGraph, facts: MemoryFacts, names: tuple[str, ...] = DISPLAY) -> MemoryFacts:
+    """Lean facts completed with what an answer shows (label, content, and who set it when)."""
+    m = memory_iri(facts.id)
+    got = {
+        name: next((q.object.value for q in graph.store.quads_for_pattern(m, e(name), None, ASSERTED)), None)
+        for name in names
+    }
+    return dataclasses.replace(
+        facts,
+        label=got.get("label") or "",
+        content=got.get("content") or "",
+        source=got.get("source"),
+        actor=got.get("actor"),
+        actor_role=got.get("actorRole"),
+        recorded_at=got.get("recordedAt"),
+    )
+
+
 def with_text(graph: TenantGraph, facts: MemoryFacts) -> MemoryFacts:
     """Lean facts completed with the label and content a recall answer shows."""
-    m = memory_iri(facts.id)
-    text = {
-        name: next((q.object.value for q in graph.store.quads_for_pattern(m, e(name), None, ASSERTED)), "")
-        for name in ("label", "content")
-    }
-    return dataclasses.replace(facts, **text)
+    return with_display(graph, facts, ("label", "content"))

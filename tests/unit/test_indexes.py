@@ -202,3 +202,21 @@ def test_engram_rebuild_index_rebuilds_both_with_progress(
     t.reopen()
     assert contents(t.indexes()) == before
     assert main(["rebuild-index", "nobody"]) == 1
+
+
+def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:
+    from projections.visibility import memory_facts
+
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("c", importance=5, memory_class="BrandVoiceMemory"))
+    t.apply("MemoryRemembered", remembered("u", scope="user", stakeholders={"user_id": "bob"}))
+    t.apply("MemoryRemembered", remembered("g", scope="team", stakeholders={"team_ids": ["a", "b"]}))
+    t.apply("MemorySuperseded", {"memory_id": "c", "superseded_by": "u"})
+    t.reopen()
+    ix = t.indexes()
+    assert sorted(ix._lean) == ["c", "g", "u"]  # warmed when opened
+    graph = t.stores.get("t")
+    assert graph is not None
+    for mid in ("c", "g", "u"):
+        assert ix.candidate(mid) == memory_facts(graph, mid, lean=True), mid
+    assert ix.candidate("c").active is False  # type: ignore[union-attr]
