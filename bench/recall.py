@@ -113,6 +113,9 @@ def quality(base: Settings, chats: list[Chat], events: list[Event], root: Path) 
 
 
 # -- 2. latency ------------------------------------------------------------------------------------
+TIERS = (2, 2, 3, 3, 3, 4, 5)  # of user and team memories: ~30% top tier
+
+
 def synthetic_tenant(
     path: Path, n: int, pool: list[Event], embedder: Embedder, seed: int = 11
 ) -> dict[str, Any]:
@@ -137,7 +140,7 @@ def synthetic_tenant(
         elif roll < 0.004:
             importance = 4
         elif roll < 0.3:  # 500 users with ~60 memories each, ~30% of them top tier
-            scope, holders, importance = "user", {"user_id": f"u{i % 500}"}, rng.choice([2, 2, 3, 3, 3, 4, 5])
+            scope, holders, importance = "user", {"user_id": f"u{i % 500}"}, rng.choice(TIERS)
         elif roll < 0.4:  # 50 teams with ~200 each
             scope, holders, importance = (
                 "team",
@@ -222,10 +225,9 @@ def latency(base: Settings, n: int, pool: list[Event], questions: list[str], roo
             client.post(f"{url}/recall", json={"q": q})
         rec, rec_embed, ctx, ctx_embed = [], [], [], []
         for i, q in enumerate(questions):
+            who = {"user": f"u{i % 500}", "teams": f"team{i % 50}"}
             t0 = time.perf_counter()
-            r = client.post(
-                f"{url}/recall", params={"user": f"u{i % 50}", "teams": f"team{i % 7}"}, json={"q": q}
-            )
+            r = client.post(f"{url}/recall", params=who, json={"q": q})
             rec.append((time.perf_counter() - t0) * 1e3)
             r.raise_for_status()
             rec_embed.append(_phase(r, "embed"))
