@@ -9,6 +9,7 @@ markdown ready to paste into a prompt. Nothing here is cached: it is read fresh 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -223,7 +224,7 @@ def build_context(
             continue
         if lean.importance < TOP_TIER or lean.confidence < options.confidence_floor:
             continue
-        m = with_display(graph, lean)
+        m = indexes.display(lean) if indexes is not None else with_display(graph, lean)
         derived = _inferred(graph, m.id)
         if m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:
             continue
@@ -257,7 +258,8 @@ def build_context(
     blocks = _blocks(items, ontology)
     result = {"blocks": blocks, "conflicts": conflicts, "snapshot": snapshot(graph), "count": len(items)}
     result["text"] = render(result)
-    result["tokens"] = options.count_tokens(result["text"])
+    # WordPiece never joins across white space, so the lines' counts add up to the text's
+    result["tokens"] = sum(_line_tokens(options.count_tokens, line) for line in result["text"].splitlines())
     return result
 
 
@@ -285,6 +287,12 @@ def _blocks(items: Iterable[dict[str, Any]], ontology: Ontology) -> list[dict[st
         )
         out.append({"title": title, "items": members})
     return out
+
+
+@functools.lru_cache(maxsize=100_000)
+def _line_tokens(count: Callable[[str], int], line: str) -> int:
+    """Most lines (one per memory) come back unchanged turn after turn: count each once."""
+    return count(line)
 
 
 def render(ctx: dict[str, Any]) -> str:

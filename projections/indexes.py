@@ -21,7 +21,7 @@ from pyoxigraph import Literal, NamedNode, Quad
 from projections.graph import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, TenantGraph, e, memory_iri
 from projections.text_index import TextIndex
 from projections.vector_index import VectorIndex, label_of
-from projections.visibility import LEAN, MemoryFacts, lean_from, memory_facts
+from projections.visibility import LEAN, MemoryFacts, lean_from, memory_facts, with_display
 from schemas import vocabulary as v
 from schemas.events import Position
 
@@ -59,6 +59,7 @@ class TenantIndexes:
         self.model = model
         self._lean: dict[str, MemoryFacts] = {}  # what changes only with the memory's own events
         self._tokens: dict[str, tuple[str, int]] = {}
+        self._display: dict[str, MemoryFacts] = {}  # lean facts + label, content, who and when
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
@@ -169,6 +170,19 @@ class TenantIndexes:
             base = self._lean[memory_id] = dataclasses.replace(base, active=active, expired=expired)
         return base
 
+    def display(self, lean: MemoryFacts) -> MemoryFacts:
+        """``lean`` with what a context item shows; that part changes only with the memory's events."""
+        shown = self._display.get(lean.id)
+        if shown is None:
+            if len(self._display) >= LEAN_CACHE:
+                self._display.clear()
+            shown = self._display[lean.id] = with_display(self.graph, lean)
+        if (shown.active, shown.expired) != (lean.active, lean.expired):
+            shown = self._display[lean.id] = dataclasses.replace(
+                shown, active=lean.active, expired=lean.expired
+            )
+        return shown
+
     def tokens(self, memory_id: str, text: str, count: Callable[[str], int]) -> int:
         """Tokens of a memory's text, counted once per version of it."""
         found = self._tokens.get(memory_id)
@@ -183,6 +197,7 @@ class TenantIndexes:
         """Re-read these memories from the graph into both indexes (not yet committed)."""
         for memory_id in memory_ids:
             self._lean.pop(memory_id, None)
+            self._display.pop(memory_id, None)
             text = self.memory_text(memory_id)
             if text is None:
                 self.text.delete(memory_id)
@@ -226,6 +241,7 @@ class TenantIndexes:
     def rebuild(self, *, only: str | None = None, tick: Tick | None = None) -> int:
         """Every memory of the graph into the index(es), from empty; returns how many."""
         self._lean.clear()
+        self._display.clear()
         ids = self.memory_ids()
         if only in (None, "text"):
             self.text.clear()

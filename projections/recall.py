@@ -10,6 +10,7 @@ measurement (bench/recall.py) and has to stay measurable.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -110,14 +111,19 @@ def fuse(bm25: Mapping[str, float], vector: Mapping[str, float], method: Fusion)
     return {k: BM25_WEIGHT * nb.get(k, 0.0) + (1 - BM25_WEIGHT) * nv.get(k, 0.0) for k in keys}
 
 
-def _age_days(when: str | None, now: datetime) -> float:
-    if not when:
-        return 0.0
+@functools.lru_cache(maxsize=200_000)
+def _epoch(when: str) -> float | None:
     try:
-        then = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        return datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
     except ValueError:
+        return None
+
+
+def _age_days(when: str | None, now: datetime) -> float:
+    then = _epoch(when) if when else None
+    if then is None:
         return 0.0
-    return max(0.0, (now - then).total_seconds() / 86_400)
+    return max(0.0, (now.timestamp() - then) / 86_400)
 
 
 def recency(m: MemoryFacts, now: datetime) -> float:

@@ -109,7 +109,7 @@ class VectorIndex:
         known = [(mid, label_of(mid)) for mid in memory_ids if label_of(mid) in self.ids]
         if not known:
             return {}
-        points = np.asarray(self.index.get_items([label for _, label in known]), dtype=np.float32)
+        points = self.index.get_items([label for _, label in known], return_type="numpy").astype(np.float32)
         norms = np.linalg.norm(points, axis=1) * (np.linalg.norm(vector) or 1.0)
         sims = points @ vector / np.where(norms > 0, norms, 1.0)
         return {mid: float(s) for (mid, _), s in zip(known, sims, strict=True)}
@@ -118,4 +118,4 @@ class VectorIndex:
         label = label_of(memory_id)
         if label not in self.ids:
             return None
-        return np.asarray(self.index.get_items([label])[0], dtype=np.float32)
+        return self.index.get_items([label], return_type="numpy")[0].astype(np.float32)
