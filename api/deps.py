@@ -132,3 +132,16 @@ def get_principal(
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_search_graph(tenant: TenantId, runtime: CurrentRuntime, writes: Writes) -> TenantGraph | None:
+    """The tenant's graph for a search: read-your-writes also waits until this process's last
+    write to the tenant is searchable (the indexes commit a moment after the graph)."""
+    graph = await get_tenant_graph(tenant, runtime, writes)
+    pos = writes.get(tenant)
+    if pos is not None and runtime.indexed.last_offset.get(pos[0], -1) < pos[1]:
+        await runtime.indexed.wait_for(pos[0], pos[1], runtime.settings.wait_timeout_s)
+    return graph
+
+
+SearchStore = Annotated[TenantGraph | None, Depends(get_search_graph)]

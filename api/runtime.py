@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 class Runtime:
     settings: Settings
     stores: TenantStores
-    progress: Progress
+    progress: Progress  # records applied to the graph (reads, readiness)
+    indexed: Progress  # records whose memories are also searchable (recall, ?wait=true)
     embedder: Embedder
     indexer: Indexer
     producer: EventProducer
@@ -48,15 +49,17 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         vectors=(embedder.name, embedder.dim),
     )
     progress = Progress()
-    indexer = Indexer(stores, progress)
+    indexed = Progress()
+    indexer = Indexer(stores, indexed)
     runtime = Runtime(
         settings=settings,
         stores=stores,
         progress=progress,
+        indexed=indexed,
         embedder=embedder,
         indexer=indexer,
         producer=EventProducer(settings),
-        projector=create_app(settings, stores, indexer),
+        projector=create_app(settings, stores, progress, indexer),
         lag=LagMonitor(settings),
     )
     embedder.embed(["warm up"])  # load the model before the first request needs it

@@ -28,6 +28,7 @@ from projections.graph import (
 from schemas.events import Conflict, Event, InvalidEvent, event_from_json
 from streams import codec
 from streams.producer import EventTooLarge, encode_checked
+from streams.projector import INDEXED_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,14 @@ async def produce(runtime: Runtime, envelope: dict[str, Any], *, wait: bool) -> 
         )
     if handled.outcome.status is Status.REJECTED:
         raise HTTPException(status_code=409, detail=f"rejected by the projection: {handled.outcome.reason}")
+    if (
+        event.type in INDEXED_EVENTS
+        and await runtime.indexed.wait_for(pos.partition, pos.offset, timeout) is None
+    ):
+        raise HTTPException(
+            status_code=504,
+            detail=f"applied at {pos.partition}:{pos.offset} but not searchable within {timeout}s",
+        )
     return accepted.model_copy(update={"applied": True})
 
 

@@ -1,10 +1,12 @@
 """Group commit of the search indexes behind the projector, and the order records are reported in.
 
-The projector applies each record to the graph at once; the indexer then refreshes the touched
-memories of everything handled since its last pass and commits each tenant's text index once per
-pass (a tantivy commit costs ~20 ms whatever it holds, and runs in a worker thread while the
-projector goes on). Only then are the records reported to ``Progress``, in log order, so
-``?wait=true`` and read-your-writes see a write when it is searchable too.
+The projector applies each record to the graph at once (and reports it); the indexer then
+refreshes the touched memories of everything handled since its last pass and commits each
+tenant's text index once per pass. A tantivy commit costs ~20 ms of CPU whatever it holds, so
+with many busy tenants commits would starve the projector: after each pass the indexer rests as
+long as the pass took, which caps it at half of one core and lets the next pass carry more. Only
+after the commit are the records reported to its own ``Progress``, in log order, so ``?wait=true``
+and a recall after a write see the write when it is searchable.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from projections.stores import TenantStores
 from schemas.events import Position
 
 log = logging.getLogger(__name__)
+MAX_REST_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class Indexer:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            started = time.perf_counter()
             await self._pass()
+            await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
 
     async def _pass(self) -> None:
         self._wake.clear()

@@ -19,6 +19,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from engram.settings import Settings
 from projections.graph import PLAN_ERRORS, NoFacts, Outcome, Status, checked_plan, rejection_reason
+from projections.progress import Progress
 from projections.stores import TenantStores
 from schemas import vocabulary as v
 from schemas.events import InvalidEvent, Position, validate
@@ -145,11 +146,11 @@ def too_large(exc: BaseException | None) -> bool:
     return False
 
 
-def create_app(settings: Settings, stores: TenantStores, indexer: Indexer) -> faust.App:
+def create_app(settings: Settings, stores: TenantStores, progress: Progress, indexer: Indexer) -> faust.App:
     """The projector: one agent over the events topic, dead letters as a topic of their own.
 
-    Each handled record goes to the indexer, which reports it (to ``?wait=true``, reads and
-    readiness) once it is also searchable.
+    Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
+    indexer, which reports it again once its memories are also searchable.
     """
     app = faust.App(
         settings.projector_group(),
@@ -218,6 +219,7 @@ def create_app(settings: Settings, stores: TenantStores, indexer: Indexer) -> fa
                 await send_dead_letter(key, value, headers, reason, origin=_pos)
 
             result = await handle_with_retries(record, stores, sink)
+            progress.record(result.tenant, position.partition, position.offset, result.outcome)
             indexer.submit(result.tenant, position, result.outcome, result.memory_ids)
 
     return app

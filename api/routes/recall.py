@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.deps import CurrentPrincipal, CurrentRuntime, TenantId, TenantStore
+from api.deps import CurrentPrincipal, CurrentRuntime, SearchStore, TenantId
 from api.errors import problem, responses
 from api.models import (
     CLASS_PATTERN,
@@ -98,7 +98,7 @@ def _recall(
 async def recall_post(
     tenant: TenantId,
     body: RecallRequest,
-    graph: TenantStore,
+    graph: SearchStore,
     runtime: CurrentRuntime,
     who: CurrentPrincipal,
     response: Response,
@@ -111,7 +111,7 @@ async def recall_post(
 @router.get("/recall", response_model=RecallAnswer, responses=responses(422))
 async def recall_get(
     tenant: TenantId,
-    graph: TenantStore,
+    graph: SearchStore,
     runtime: CurrentRuntime,
     who: CurrentPrincipal,
     response: Response,
@@ -159,7 +159,7 @@ Position = Annotated[
 @router.get("/context", response_model=ContextAnswer, responses=responses(422, 504))
 async def context(
     tenant: TenantId,
-    graph: TenantStore,
+    graph: SearchStore,
     runtime: CurrentRuntime,
     who: CurrentPrincipal,
     response: Response,
@@ -176,8 +176,8 @@ async def context(
         if end is None or offset >= end:
             where = "no such partition" if end is None else f"the partition ends at offset {end}"
             raise problem(422, f"position {after} is not in the log ({where})", ["query", "after"])
-        if runtime.progress.last_offset.get(partition, -1) < offset:
-            handled = await runtime.progress.wait_for(partition, offset, runtime.settings.wait_timeout_s)
+        if runtime.indexed.last_offset.get(partition, -1) < offset:  # applied and searchable
+            handled = await runtime.indexed.wait_for(partition, offset, runtime.settings.wait_timeout_s)
             if handled is None:
                 raise problem(
                     504,
