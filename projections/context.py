@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from pyoxigraph import Literal
 
-from projections.graph import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, TenantGraph, e
+from projections.graph import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, TenantGraph, e, memory_iri
 from projections.indexes import TenantIndexes, memory_id_of
 from projections.ontology import Ontology
 from projections.visibility import MemoryFacts, Principal, local_name, memory_facts, with_display
@@ -38,13 +38,25 @@ class ContextOptions:
     count_tokens: Callable[[str], int]
 
 
+_LABELS: dict[str, dict[str, str]] = {}
+
+
+def _labels(ontology: Ontology) -> dict[str, str]:
+    """Every ``rdfs:label`` of the ontology, read once per ontology rather than once per item."""
+    found = _LABELS.get(ontology.digest)
+    if found is None:
+        found = _LABELS[ontology.digest] = {
+            t.subject.value: t.object.value for t in ontology.triples if t.predicate.value == RDFS_LABEL
+        }
+    return found
+
+
 def block_title(memory_class: str, ontology: Ontology) -> str:
     """A subclass's block: its ``rdfs:label``, else its name in words (``BudgetConstraintMemory`` →
     ``Budget constraints``)."""
-    iri = v.class_iri(memory_class)
-    for t in ontology.triples:
-        if t.subject.value == iri and t.predicate.value == RDFS_LABEL:
-            return t.object.value
+    label = _labels(ontology).get(v.class_iri(memory_class))
+    if label is not None:
+        return label
     words = re.sub(
         r"(?<=[a-z0-9])(?=[A-Z])", " ", memory_class.rsplit("#", 1)[-1].removesuffix("Memory")
     ).split()
@@ -65,16 +77,14 @@ def _number(term: Any) -> int | float | str:
 
 def _inferred(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
-    node = e("x").__class__(f"urn:engram:memory:{memory_id}")
-    for q in graph.store.quads_for_pattern(node, None, None, INFERRED):
+    for q in graph.store.quads_for_pattern(memory_iri(memory_id), None, None, INFERRED):
         if q.predicate.value.startswith(v.ENGRAM):
             out.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object)
     return out
 
 
 def _asserted(graph: TenantGraph, memory_id: str, name: str) -> Any:
-    node = e("x").__class__(f"urn:engram:memory:{memory_id}")
-    found = list(graph.store.quads_for_pattern(node, e(name), None, ASSERTED))
+    found = list(graph.store.quads_for_pattern(memory_iri(memory_id), e(name), None, ASSERTED))
     return _number(found[0].object) if found else None
 
 

@@ -220,8 +220,15 @@ def recall(
     return pack(full, query.limit, query.budget_tokens, count_tokens, indexes.tokens)
 
 
+_WEIGHTS: dict[str, Callable[[MemoryFacts], float]] = {}
+
+
 def class_weights(ontology: Ontology) -> Callable[[MemoryFacts], float]:
-    """A memory's class weight: ``:recallWeight`` of its most specific class that declares one (1.0)."""
+    """A memory's class weight: ``:recallWeight`` of its most specific class that declares one (1.0).
+
+    Built once per ontology: every recall asks for it."""
+    if (found := _WEIGHTS.get(ontology.digest)) is not None:
+        return found
     declared = {
         t.subject.value: float(t.object.value)
         for t in ontology.triples
@@ -232,4 +239,5 @@ def class_weights(ontology: Ontology) -> Callable[[MemoryFacts], float]:
         found = [(len(ontology.superclasses.get(c, ())), declared[c]) for c in m.classes if c in declared]
         return max(found)[1] if found else 1.0
 
+    _WEIGHTS[ontology.digest] = weight
     return weight
