@@ -6,6 +6,7 @@ COPY engram engram
 COPY schemas schemas
 COPY streams streams
 COPY projections projections
+COPY commands commands
 COPY api api
 COPY ontology ontology
 COPY rules rules

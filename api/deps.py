@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections import OrderedDict
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Path, Query, Request
@@ -12,7 +11,8 @@ from fastapi import Depends, Header, HTTPException, Path, Query, Request
 from api.errors import problem
 from api.models import anchored
 from api.runtime import Runtime
-from projections.graph import TenantGraph
+from commands import writes
+from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
 from schemas import vocabulary as v
 
@@ -29,41 +29,21 @@ TenantId = Annotated[
 ]
 
 
-class RecentWrites:
-    """Where this process last appended an event for each tenant, for read-your-writes."""
-
-    def __init__(self, keep: int = 100_000) -> None:
-        self.keep = keep
-        self._last: OrderedDict[str, tuple[int, int]] = OrderedDict()
-
-    def note(self, tenant: str, partition: int, offset: int) -> None:
-        self._last[tenant] = (partition, offset)
-        self._last.move_to_end(tenant)
-        while len(self._last) > self.keep:
-            self._last.popitem(last=False)
-
-    def get(self, tenant: str) -> tuple[int, int] | None:
-        return self._last.get(tenant)
+def get_commands(request: Request) -> writes.Commands:
+    return request.app.state.runtime.commands  # type: ignore[no-any-return]
 
 
-def recent_writes(request: Request) -> RecentWrites:
-    return request.app.state.recent_writes  # type: ignore[no-any-return]
+Commands = Annotated[writes.Commands, Depends(get_commands)]
 
 
-Writes = Annotated[RecentWrites, Depends(recent_writes)]
-
-
-async def get_tenant_graph(tenant: TenantId, runtime: CurrentRuntime, writes: Writes) -> TenantGraph | None:
+async def get_tenant_graph(tenant: TenantId, commands: Commands) -> TenantGraph | None:
     """The tenant's graph, or None for a tenant with no events yet (reads then see nothing).
 
     Read-your-writes: a read first waits (at most ENGRAM_WAIT_TIMEOUT_S) until the projection has
     handled the last event this process appended for the tenant, so a 202 is followed by a read
     that sees it.
     """
-    pos = writes.get(tenant)
-    if pos is not None and runtime.progress.last_offset.get(pos[0], -1) < pos[1]:
-        await runtime.progress.wait_for(pos[0], pos[1], runtime.settings.wait_timeout_s)
-    return runtime.stores.get(tenant)
+    return await commands.current(tenant)
 
 
 TenantStore = Annotated[TenantGraph | None, Depends(get_tenant_graph)]
@@ -134,14 +114,10 @@ def get_principal(
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
-async def get_search_graph(tenant: TenantId, runtime: CurrentRuntime, writes: Writes) -> TenantGraph | None:
+async def get_search_graph(tenant: TenantId, commands: Commands) -> TenantGraph | None:
     """The tenant's graph for a search: read-your-writes also waits until this process's last
     write to the tenant is searchable (the indexes commit a moment after the graph)."""
-    graph = await get_tenant_graph(tenant, runtime, writes)
-    pos = writes.get(tenant)
-    if pos is not None and runtime.indexed.last_offset.get(pos[0], -1) < pos[1]:
-        await runtime.indexed.wait_for(pos[0], pos[1], runtime.settings.wait_timeout_s)
-    return graph
+    return await commands.searchable(tenant)
 
 
 SearchStore = Annotated[TenantGraph | None, Depends(get_search_graph)]

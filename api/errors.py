@@ -19,6 +19,8 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from commands.writes import Refused
+
 log = logging.getLogger(__name__)
 
 MAX_TEXT = 300  # characters of a loc item or message sent back; inputs are never sent back whole
@@ -132,6 +134,12 @@ def install(app: FastAPI) -> None:
         else:
             detail = exc.detail
         return JSONResponse(body(detail, exc.status_code), status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(Refused)
+    async def not_done(request: Request, exc: Refused) -> JSONResponse:
+        loc = LOCS.get(exc.status, []) if exc.loc is None else list(exc.loc)
+        detail = [{"loc": loc, "msg": exc.reason, "type": TYPES.get(exc.status, "refused")}]
+        return JSONResponse(body(detail, exc.status), status_code=exc.status)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

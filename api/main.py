@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import errors
-from api.deps import RecentWrites
 from api.limits import AllowedHosts, RequestLimits
 from api.routes import graph, health, kpis, memories, recall
 from api.runtime import running
@@ -32,7 +31,6 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
         responses=errors.responses(400, 408, 413, 431),  # any request: Host, body time and size, head size
     )
-    app.state.recent_writes = RecentWrites()
     for router in (health.router, memories.router, kpis.router, graph.router, recall.router):
         app.include_router(router)
     errors.install(app)

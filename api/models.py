@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from pydantic import (
     BaseModel,
@@ -25,7 +25,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from commands import writes
 from schemas import vocabulary as v
+from schemas.events import Actor
 
 
 def anchored(regex: str) -> str:
@@ -66,10 +68,22 @@ Timestamp = Annotated[datetime, BeforeValidator(_time_text)]  # a string, never 
 Id = Annotated[StrictStr, Field(pattern=anchored(v.ID_RE.pattern))]
 Long = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # what Avro's long holds
 
-Kind = Literal["preference", "fact", "objective", "context"]
-Scope = Literal["user", "team", "company"]
-Source = Literal["agent", "extraction", "operator", "onboarding", "pipeline", "system"]
-PropertyValue = StrictBool | Long | Float | Annotated[StrictStr, Field(max_length=32_768)] | None
+Kind = v.Kind
+Scope = v.Scope
+Source = v.Source
+
+
+def _long_if_integer(value: Any) -> Any:
+    """An integer property is a 64-bit long (as ``engram produce`` holds it), not a rounded double."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise PydanticCustomError("int_too_big", "integers must fit in 64 bits")
+    return value
+
+
+PropertyValue = Annotated[
+    StrictBool | Long | Float | Annotated[StrictStr, Field(max_length=v.PROPERTY_TEXT_MAX)] | None,
+    BeforeValidator(_long_if_integer),
+]
 PropertyName = Annotated[StrictStr, Field(pattern=anchored(v.NAME_RE.pattern))]
 StatusValue = StrictInt | float | StrictStr
 
@@ -136,24 +150,32 @@ class Attribution(EdgeModel):
     purpose: StrictStr | None = Field(None, max_length=256)
     correlation_id: StrictStr | None = Field(None, max_length=128)
 
-    def envelope(self, event_type: str, tenant: str, payload: dict[str, Any]) -> dict[str, Any]:
-        env = self.model_dump(
-            include={"source", "actor", "occurred_at", "purpose", "correlation_id"}, exclude_none=True
+    def attribution(self, event_id: UUID | None) -> writes.Attribution:
+        """Who writes, with the event id the route settled on (Idempotency-Key, body or minted)."""
+        return writes.Attribution(
+            source=self.source,
+            actor=Actor(self.actor.id, self.actor.role),
+            event_id=event_id,
+            occurred_at=self.occurred_at,
+            purpose=self.purpose,
+            correlation_id=self.correlation_id,
         )
-        event_id = str(self.event_id or uuid4())
-        return {"type": event_type, "tenant": tenant, "payload": payload, "event_id": event_id, **env}
 
 
 class MemoryCreate(Attribution):
     model_config = ConfigDict(json_schema_extra={"dependentRequired": {"embedding": ["embedding_model"]}})
 
     memory_id: Id | None = Field(None, description="Minted if absent.")
-    label: StrictStr = Field(min_length=1, max_length=512, pattern=NON_BLANK)
-    content: StrictStr = Field(min_length=1, max_length=32_768, pattern=NON_BLANK)
+    label: StrictStr = Field(min_length=1, max_length=v.LABEL_MAX, pattern=NON_BLANK)
+    content: StrictStr = Field(min_length=1, max_length=v.CONTENT_MAX, pattern=NON_BLANK)
     kind: Kind
-    scope: Scope = "company"
+    scope: Scope = Scope.COMPANY
     stakeholders: Stakeholders = Field(default_factory=Stakeholders)
-    importance: Int = Field(ge=1, le=5, description="1 Disabled, 2 Low, 3 Medium, 4 High, 5 Critical")
+    importance: Int = Field(
+        ge=min(v.Importance),
+        le=max(v.Importance),
+        description="1 Disabled, 2 Low, 3 Medium, 4 High, 5 Critical",
+    )
     confidence: Float = Field(1.0, ge=0, le=1)
     expires_at: Timestamp | None = None
     memory_class: StrictStr = Field(
@@ -167,10 +189,10 @@ class MemoryCreate(Attribution):
         max_length=64,
         json_schema_extra={"additionalProperties": False},  # a name off the pattern is refused
     )
-    embedding: list[Float] | None = Field(None, min_length=1, max_length=4096)
+    embedding: list[Float] | None = Field(None, min_length=1, max_length=v.EMBEDDING_MAX_DIM)
     embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
     replaces: Id | None = None
-    on_conflict: Literal["ask", "replace", "keep_both"] = "ask"
+    on_conflict: v.OnConflict = v.OnConflict.ASK
 
     @model_validator(mode="after")
     def _embedding_has_a_model(self) -> MemoryCreate:
@@ -193,6 +215,8 @@ class KpiCreate(Attribution):
 
 class Accepted(BaseModel):
     """Where the log recorded a write; ``applied`` once the projection has it (``?wait=true``)."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     event_id: str
     memory_id: str | None = None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import faust
 
+from commands.writes import Commands
 from engram.settings import Settings
 from projections.knowledge import load_knowledge
 from projections.progress import Progress
@@ -34,6 +35,7 @@ class Runtime:
     producer: EventProducer
     projector: faust.App
     lag: LagMonitor
+    commands: Commands
 
 
 @asynccontextmanager
@@ -51,6 +53,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     progress = Progress()
     indexed = Progress()
     indexer = Indexer(stores, indexed)
+    producer = EventProducer(settings)
     runtime = Runtime(
         settings=settings,
         stores=stores,
@@ -58,9 +61,10 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         indexed=indexed,
         embedder=embedder,
         indexer=indexer,
-        producer=EventProducer(settings),
+        producer=producer,
         projector=create_app(settings, stores, progress, indexer),
         lag=LagMonitor(settings),
+        commands=Commands(stores, producer, progress, indexed, embedder, settings.wait_timeout_s),
     )
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()

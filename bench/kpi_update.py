@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from projections.graph import ASSERTED, NoFacts, TenantGraph, plan
+from projections.plan import no_facts, plan
+from projections.tenant_graph import TenantGraph
+from projections.terms import ASSERTED
 from schemas.events import Position, event_from_json
 
 ACTOR = {"id": "bench", "role": "pipeline"}
@@ -78,7 +80,7 @@ def build(path: Path, n: int) -> TenantGraph:
     quads = []
     for i in range(n):
         ev = event_from_json(remember(i, rng))
-        quads += plan(ev, Position(0, i, 1_764_547_200_000 + i), NoFacts()).adds
+        quads += plan(ev, Position(0, i, 1_764_547_200_000 + i), no_facts()).adds
     graph.store.bulk_extend(quads)
     graph.commit(plan(event_from_json(kpi_event(3.0)), Position(0, n, 1), graph), Position(0, n))
     return graph

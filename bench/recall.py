@@ -32,10 +32,11 @@ import numpy as np
 from engram.evaluation import Chat, load_chats, remember_lines, summarise
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
-from projections.graph import NoFacts, Status, plan
+from projections.plan import no_facts, plan
 from projections.progress import Progress
 from projections.recall import FUSIONS, RecallQuery, class_weights, recall
 from projections.stores import TenantStores
+from projections.tenant_graph import Status
 from projections.visibility import Principal
 from schemas.events import Event, Position, event_from_json
 from streams import kafka_local
@@ -57,7 +58,7 @@ def pct(values: list[float], p: float) -> float:
 def embedded_events(chats: list[Chat], embedder: Embedder, cache: Path) -> list[Event]:
     """Every turn as an event with its embedding; embeddings cached by model and text."""
     events = [event_from_json(line) for chat in chats for line in remember_lines(chat)]
-    texts = [embedding_text(e.payload["label"], e.payload["content"]) for e in events]
+    texts = [embedding_text(e.payload.label, e.payload.content) for e in events]
     key = hashlib.sha256("\0".join([embedder.name, *texts]).encode()).hexdigest()[:16]
     path = cache / f"realtalk-{key}.npy"
     if path.exists():
@@ -71,8 +72,10 @@ def embedded_events(chats: list[Chat], embedder: Embedder, cache: Path) -> list[
         np.save(path, vectors)
     out = []
     for ev, vec in zip(events, vectors, strict=True):
-        payload = {**ev.payload, "embedding": [float(x) for x in vec], "embedding_model": embedder.name}
-        out.append(dataclasses.replace(ev, payload=payload))
+        embedded = dataclasses.replace(
+            ev.payload, embedding=tuple(float(x) for x in vec), embedding_model=embedder.name
+        )
+        out.append(dataclasses.replace(ev, payload=embedded))
     return out
 
 
@@ -129,7 +132,7 @@ def synthetic_tenant(
     started = time.perf_counter()
     for i in range(n):
         src = pool[i % len(pool)].payload
-        vec = np.asarray(src["embedding"], dtype=np.float32) + np_rng.normal(0, 0.02, embedder.dim).astype(
+        vec = np.asarray(src.embedding, dtype=np.float32) + np_rng.normal(0, 0.02, embedder.dim).astype(
             np.float32
         )
         vec /= np.linalg.norm(vec)
@@ -149,8 +152,8 @@ def synthetic_tenant(
             )
         payload = {
             "memory_id": f"m{i}",
-            "label": f"{src['label']} #{i}",  # unique: equal labels are structural conflicts (O(k²))
-            "content": f"{src['content']} (note {i})",
+            "label": f"{src.label} #{i}",  # unique: equal labels are structural conflicts (O(k²))
+            "content": f"{src.content} (note {i})",
             "kind": rng.choice(["fact", "preference", "context", "objective"]),
             "scope": scope,
             "stakeholders": holders,
@@ -162,7 +165,7 @@ def synthetic_tenant(
             {"type": "MemoryRemembered", "tenant": "big", "source": "pipeline",
              "actor": {"id": "bench", "role": "pipeline"}, "payload": payload}
         )  # fmt: skip
-        quads += plan(ev, Position(0, i, 1_764_547_200_000 + i * 1000), NoFacts()).adds
+        quads += plan(ev, Position(0, i, 1_764_547_200_000 + i * 1000), no_facts()).adds
     graph.store.bulk_extend(quads)
     graph.rematerialize()
     graph.commit(plan(event_from_json({"type": "ClockTicked", "tenant": "big", "source": "system",
@@ -267,7 +270,7 @@ def indexing(pool: list[Event], n: int, tenants: int, root: Path) -> dict[str, A
     events = []
     for i in range(n):
         src = pool[i % len(pool)]
-        payload = {**src.payload, "memory_id": f"m{i}"}
+        payload = dataclasses.replace(src.payload, memory_id=f"m{i}")
         event_id = f"{i:08x}-0000-4000-8000-000000000000"
         events.append(
             dataclasses.replace(src, tenant=f"x{i % tenants:02d}", event_id=event_id, payload=payload)
@@ -287,7 +290,7 @@ def indexing(pool: list[Event], n: int, tenants: int, root: Path) -> dict[str, A
             pos = Position(0, i, 1_764_547_200_000 + i)
             outcome = graph.apply(ev, pos)
             assert outcome.status is Status.APPLIED, outcome
-            indexer.submit(ev.tenant, pos, outcome, (ev.payload["memory_id"],))
+            indexer.submit(ev.tenant, pos, outcome, (ev.payload.memory_id,))
             await asyncio.sleep(0)
         await progress.wait_for(0, len(events) - 1, 600)
         took = time.perf_counter() - started

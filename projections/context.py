@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 from pyoxigraph import Literal
 
-from projections.graph import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, TenantGraph, e, memory_iri
 from projections.indexes import TenantIndexes, memory_id_of
 from projections.ontology import Ontology
+from projections.tenant_graph import TenantGraph
+from projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri
 from projections.visibility import MemoryFacts, Principal, local_name, memory_facts, with_display
 from schemas import vocabulary as v
 

@@ -3,17 +3,58 @@
 from __future__ import annotations
 
 import string
-from typing import Any
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
 from pyoxigraph import Literal, NamedNode, Triple
 
-from projections.graph import INFERRED, TenantGraph, memory_iri
+from projections.rules.compile import Value
+from projections.rules.engine import Derivation
+from projections.tenant_graph import TenantGraph
+from projections.terms import INFERRED, memory_iri
 from schemas import vocabulary as v
 
 NUMERIC = {v.XSD + t for t in ("integer", "decimal", "double", "float")}
 
 
-def show(term: Any) -> str:
+# The JSON shapes of the HTTP API; key order is part of them.
+class FactView(TypedDict):
+    subject: str
+    predicate: str
+    object: str
+
+
+class InputView(FactView):
+    asserted: bool
+
+
+class ExplainedInputView(InputView):
+    because: NotRequired[list[DerivationView]]  # only for an inferred input with derivations
+
+
+class DerivationView(TypedDict):
+    rule: str
+    explanation: str | None
+    inputs: list[ExplainedInputView]
+
+
+class InferredView(TypedDict):
+    predicate: str
+    value: str
+    derivations: list[DerivationView]
+
+
+class DerivedView(TypedDict):
+    """An inferred fact about a memory with its first derivation, one level deep."""
+
+    predicate: str
+    value: str
+    rule: str | None
+    explanation: str | None
+    inputs: list[InputView]
+
+
+def show(term: object) -> str:
     """A term as a person reads it: 34,000 not "34000"^^xsd:double, a memory by its id."""
     if isinstance(term, Literal):
         if term.datatype.value in NUMERIC:
@@ -32,62 +73,67 @@ def show(term: Any) -> str:
     return str(term)
 
 
-def sentence(template: str | None, bindings: dict[str, Any]) -> str | None:
+def sentence(template: str | None, bindings: Mapping[str, Value]) -> str | None:
     if template is None:
         return None
     names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    values = {n: show(bindings[n]) if n in bindings else "?" for n in names}
+    values = {name: show(bindings[name]) if name in bindings else "?" for name in names}
     return template.format(**values)
 
 
-def fact_view(fact: Triple) -> dict[str, str]:
+def fact_view(fact: Triple) -> FactView:
     return {"subject": show(fact.subject), "predicate": show(fact.predicate), "object": show(fact.object)}
 
 
-def derivation_view(d: dict[str, Any]) -> dict[str, Any]:
+def derivation_view(derivation: Derivation) -> DerivationView:
     return {
-        "rule": d["rule"].source,
-        "explanation": sentence(d["rule"].explain, d["bindings"]),
+        "rule": derivation.rule.source,
+        "explanation": sentence(derivation.rule.explain, derivation.bindings),
         "inputs": [
             {
-                **fact_view(i["fact"]),
-                "asserted": i["asserted"],
-                **({"because": [derivation_view(b) for b in i["because"]]} if i.get("because") else {}),
+                **fact_view(read.fact),
+                "asserted": read.asserted,
+                **({"because": [derivation_view(d) for d in read.because]} if read.because else {}),
             }
-            for i in d["inputs"]
+            for read in derivation.inputs
         ],
     }
 
 
-def inferred_about(graph: TenantGraph, subject: NamedNode, *, depth: int = 3) -> list[dict[str, Any]]:
+def inferred_about(graph: TenantGraph, subject: NamedNode, *, depth: int = 3) -> list[InferredView]:
     """Every inferred fact with ``subject``, each with how it was derived."""
-    out = []
-    for q in sorted(graph.store.quads_for_pattern(subject, None, None, INFERRED), key=str):
-        derivations = graph.explain(q.triple, depth=depth)
+    out: list[InferredView] = []
+    for quad in sorted(graph.store.quads_for_pattern(subject, None, None, INFERRED), key=str):
+        derivations = graph.explain(quad.triple, depth=depth)
         out.append(
             {
-                "predicate": show(q.predicate),
-                "value": show(q.object),
+                "predicate": show(quad.predicate),
+                "value": show(quad.object),
                 "derivations": [derivation_view(d) for d in derivations],
             }
         )
     return out
 
 
-def derived_for_memory(graph: TenantGraph, memory_id: str) -> list[dict[str, Any]]:
+def derived_for_memory(graph: TenantGraph, memory_id: str) -> list[DerivedView]:
     """Statuses of a memory with one explanation each, for the memory's own view."""
-    out = []
+    out: list[DerivedView] = []
     for item in inferred_about(graph, memory_iri(memory_id), depth=1):
-        first = item["derivations"][0] if item["derivations"] else {}
+        first = item["derivations"][0] if item["derivations"] else None
         out.append(
             {
                 "predicate": item["predicate"],
                 "value": item["value"],
-                "rule": first.get("rule"),
-                "explanation": first.get("explanation"),
+                "rule": first["rule"] if first else None,
+                "explanation": first["explanation"] if first else None,
                 "inputs": [
-                    {k: x[k] for k in ("subject", "predicate", "object", "asserted")}
-                    for x in first.get("inputs", [])
+                    {
+                        "subject": read["subject"],
+                        "predicate": read["predicate"],
+                        "object": read["object"],
+                        "asserted": read["asserted"],
+                    }
+                    for read in (first["inputs"] if first else [])
                 ],
             }
         )

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from pyoxigraph import Literal, NamedNode, Quad
 
-from projections.graph import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, TenantGraph, e, memory_iri
+from projections.tenant_graph import TenantGraph
+from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, e, memory_iri
 from projections.text_index import TextIndex
 from projections.vector_index import VectorIndex, label_of
 from projections.visibility import LEAN, MemoryFacts, lean_from, memory_facts, with_display

@@ -72,17 +72,22 @@ def _core_fields() -> dict[str, Any]:
     """The fields every memory has; limits as api.models.MemoryCreate declares them."""
     tiers = ", ".join(f"{tier.value} {tier.name.title()}" for tier in v.Importance)
     return {
-        "label": {"type": "string", "minLength": 1, "maxLength": 512, "description": "A short title."},
+        "label": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": v.LABEL_MAX,
+            "description": "A short title.",
+        },
         "content": {
             "type": "string",
             "minLength": 1,
-            "maxLength": 32_768,
+            "maxLength": v.CONTENT_MAX,
             "description": "The belief itself, stated so it can be acted on without this conversation.",
         },
-        "kind": {"type": "string", "enum": list(v.KINDS), "description": "What sort of belief it is."},
+        "kind": {"type": "string", "enum": list(v.Kind), "description": "What sort of belief it is."},
         "scope": {
             "type": "string",
-            "enum": list(v.SCOPES),
+            "enum": list(v.Scope),
             "default": "company",
             "description": "Whom it concerns: user needs stakeholders.user_id, team stakeholders.team_ids.",
         },

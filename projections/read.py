@@ -9,7 +9,8 @@ from typing import Any
 
 from pyoxigraph import Literal, NamedNode, Variable
 
-from projections.graph import ASSERTED, INFERRED, META, RDF_TYPE, TenantGraph, e, memory_iri
+from projections.tenant_graph import TenantGraph
+from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
 from schemas import vocabulary as v
 
 PREFIXES = {"e": v.ENGRAM}

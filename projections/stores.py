@@ -6,9 +6,9 @@ import gc
 from collections import OrderedDict
 from pathlib import Path
 
-from projections.graph import TenantGraph
 from projections.indexes import TenantIndexes
 from projections.knowledge import Knowledge, load_knowledge
+from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 
 

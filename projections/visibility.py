@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from pyoxigraph import Literal, NamedNode
 
-from projections.graph import ASSERTED, INFERRED, RDF_TYPE, TenantGraph, e, memory_iri
+from projections.tenant_graph import TenantGraph
+from projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
 from schemas import vocabulary as v
 
 

@@ -1,9 +1,14 @@
-"""The shared vocabulary, defined once: namespaces, kinds, scopes, importance tiers, id shapes."""
+"""The shared vocabulary, defined once: namespaces, kinds, scopes, importance tiers, id shapes,
+and the size limits every edge (HTTP, ``engram produce``, the projector) enforces.
+
+The enums mirror the Avro enums in ``avro/`` (a test keeps the two equal); the event types are the
+branches of the Envelope's ``payload`` union (``schemas.payloads.EVENT_TYPES``).
+"""
 
 from __future__ import annotations
 
 import re
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Final
 
 ENGRAM: Final = "https://engram.dev/ns#"
@@ -16,10 +21,40 @@ GRAPH_META: Final = "urn:engram:graph:meta"
 GRAPH_ONTOLOGY: Final = "urn:engram:graph:ontology"
 GRAPH_VECTORS: Final = "urn:engram:graph:vectors"
 
-KINDS: Final = ("preference", "fact", "objective", "context")
-SCOPES: Final = ("user", "team", "company")
-SOURCES: Final = ("agent", "extraction", "operator", "onboarding", "pipeline", "system")
-ON_CONFLICT: Final = ("ask", "replace", "keep_both")
+
+class Kind(StrEnum):
+    PREFERENCE = "preference"
+    FACT = "fact"
+    OBJECTIVE = "objective"
+    CONTEXT = "context"
+
+
+class Scope(StrEnum):
+    USER = "user"
+    TEAM = "team"
+    COMPANY = "company"
+
+
+class Source(StrEnum):
+    """Where a change came from; every memory is attributable."""
+
+    AGENT = "agent"
+    EXTRACTION = "extraction"
+    OPERATOR = "operator"
+    ONBOARDING = "onboarding"
+    PIPELINE = "pipeline"
+    SYSTEM = "system"
+
+
+class OnConflict(StrEnum):
+    ASK = "ask"
+    REPLACE = "replace"
+    KEEP_BOTH = "keep_both"
+
+
+def values(enum: type[StrEnum]) -> frozenset[str]:
+    """The values of ``enum``, for a membership test on untrusted input."""
+    return frozenset(member.value for member in enum)
 
 
 class Importance(IntEnum):
@@ -33,17 +68,12 @@ class Importance(IntEnum):
 
 
 EVENT_NAMESPACE: Final = "engram.events"
-EVENT_TYPES: Final = (
-    "MemoryRemembered",
-    "MemoryRevised",
-    "MemorySuperseded",
-    "MemoryRestored",
-    "MemoryForgotten",
-    "KpiObserved",
-    "SpendObserved",
-    "ClockTicked",
-    "StakeholderChanged",
-)
+
+# Sizes, in characters (the API's request models and the domain checks read these).
+LABEL_MAX: Final = 512
+CONTENT_MAX: Final = 32_768
+PROPERTY_TEXT_MAX: Final = 32_768
+EMBEDDING_MAX_DIM: Final = 4096
 
 # Tenant ids name directories and Kafka keys; memory ids, metrics and platforms become IRIs.
 # Always test with full_match: ``$`` alone also matches before a trailing newline.
@@ -52,16 +82,6 @@ ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 NAME_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 CLASS_RE: Final = re.compile(r"^(:?[A-Z][A-Za-z0-9_]{0,127}|https?://[^\s<>\"{}|^`\\]+)$")
 CURRENCY_RE: Final = re.compile(r"^[A-Z]{3}$")
-
-REVISABLE_FIELDS: Final = {
-    "label": str,
-    "content": str,
-    "kind": str,
-    "importance": int,
-    "confidence": float,
-    "expires_at": str,
-}
-CLEARABLE_FIELDS: Final = frozenset({"expires_at"})
 
 
 # Predicates the projection writes for every memory; any other engram predicate is a property.

@@ -2,7 +2,8 @@
 
 Every record names the schema it was written with, so a reader resolves it against the current
 ``Envelope`` (Avro schema resolution: new fields take their defaults). Writer schemas are found
-by fingerprint among the current schema and every schema file under ``avro/history/``.
+by fingerprint among the current schema and every schema file under ``avro/history/``, which
+``streams.schema_history`` keeps (``engram schema-history`` after a schema change; tests check it).
 """
 
 from __future__ import annotations
@@ -47,16 +48,34 @@ def envelope_schema() -> Any:
     return load_schema(avro_dir() / "engram.events.Envelope.avsc")
 
 
-@cache
-def writer_schemas() -> dict[bytes, Any]:
-    """Every schema an event may have been written with, by fingerprint."""
-    known = {schema_fingerprint(envelope_schema()): envelope_schema()}
-    history = avro_dir() / "history"
-    if history.is_dir():
-        for path in sorted(history.glob("*.avsc")):
+def default_history_dir() -> Path:
+    return avro_dir() / "history"
+
+
+def history_schemas(directory: Path | None = None) -> dict[bytes, Any]:
+    """The Envelope versions recorded under ``avro/history/`` (see ``streams.schema_history``), keyed by
+    the fingerprint of their content (not their file name)."""
+    directory = directory or default_history_dir()
+    known: dict[bytes, Any] = {}
+    if directory.is_dir():
+        for path in sorted(directory.glob("*.avsc")):
             schema = parse_schema(json.loads(path.read_text()))
             known[schema_fingerprint(schema)] = schema
     return known
+
+
+def writer_schemas(history_dir: Path | None = None) -> dict[bytes, Any]:
+    """Every schema an event may have been written with, by fingerprint: the history and the current
+    Envelope (which wins for its own fingerprint). The package's history is read once; another
+    ``history_dir`` is read afresh on every call."""
+    if history_dir is None:
+        return _writer_schemas()
+    return {**history_schemas(history_dir), schema_fingerprint(envelope_schema()): envelope_schema()}
+
+
+@cache
+def _writer_schemas() -> dict[bytes, Any]:
+    return {**history_schemas(), schema_fingerprint(envelope_schema()): envelope_schema()}
 
 
 class UndecodableEvent(ValueError):
@@ -82,7 +101,7 @@ def decode(data: bytes, extra_writers: dict[bytes, Any] | None = None) -> Event:
     if len(data) < 10 or data[:2] != MAGIC:
         raise UndecodableEvent("not Avro single-object encoding (missing C3 01 marker)")
     fp = data[2:10]
-    writer = (extra_writers or {}).get(fp) or writer_schemas().get(fp)
+    writer = (extra_writers or {}).get(fp) or _writer_schemas().get(fp)
     if writer is None:
         raise UndecodableEvent(f"unknown writer schema fingerprint {fp.hex()}")
     body = io.BytesIO(data[10:])

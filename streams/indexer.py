@@ -17,9 +17,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from projections.graph import Outcome
 from projections.progress import Progress
 from projections.stores import TenantStores
+from projections.tenant_graph import Outcome
 from schemas.events import Position
 
 log = logging.getLogger(__name__)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from schemas.events import Event, InvalidEvent, event_from_json
+from schemas.payloads import MemoryRemembered
 from streams.embedder import Embedder, embedding_text
 from streams.producer import EventProducer, encode_checked
 
@@ -29,56 +29,72 @@ class IngestReport:
 EMBED_BATCH = 64
 
 
+Numbered = list[tuple[int, Any]]
+
+
 def parse_lines(
     lines: Iterable[str], embedder: Embedder | None = None
 ) -> tuple[list[tuple[int, Event]], list[tuple[int, str]]]:
     """Events from the good lines and (line number, reason) for every bad one; blank lines are
-    skipped. A good line passed every check a producer makes (domain rules, Avro, size), so
-    producing it cannot fail on its content. With an ``embedder``, a new memory without an
-    embedding gets one (in batches), after its event id was derived from the line as written."""
-    parsed_lines: list[tuple[int, Event]] = []
+    skipped. A good line passed every check a producer makes (see ``prepare``)."""
+    objects: Numbered = []
     bad: list[tuple[int, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            parsed_lines.append((number, event_from_json(json.loads(line, object_pairs_hook=_unique_keys))))
+            objects.append((number, json.loads(line, object_pairs_hook=_unique_keys)))
         except json.JSONDecodeError as exc:
             bad.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
         except InvalidEvent as exc:
             bad.append((number, str(exc)))
+    good, refused = prepare(objects, embedder)
+    return good, sorted([*bad, *((number, str(exc)) for number, exc in refused)])
+
+
+def prepare(
+    objects: Numbered, embedder: Embedder | None = None
+) -> tuple[list[tuple[int, Event]], list[tuple[int, InvalidEvent]]]:
+    """Events from JSON objects, each checked as every writer checks it (the domain rules, the Avro
+    schema, the log's size limit), so producing one cannot fail on its content. With an
+    ``embedder``, a new memory without an embedding gets one (in batches), after its event id was
+    derived from the object as written. The API's commands and ``engram produce`` both use this."""
+    built: list[tuple[int, Event]] = []
+    bad: list[tuple[int, InvalidEvent]] = []
+    for number, obj in objects:
+        try:
+            built.append((number, event_from_json(obj)))
+        except InvalidEvent as exc:
+            bad.append((number, exc))
     if embedder is not None:
-        parsed_lines = embed_missing(parsed_lines, embedder)
+        built = embed_missing(built, embedder)
     good: list[tuple[int, Event]] = []
-    for number, event in parsed_lines:
+    for number, event in built:
         try:
             encode_checked(event)  # the Avro schema and the log's size limit, before anything is sent
             good.append((number, event))
         except InvalidEvent as exc:
-            bad.append((number, str(exc)))
-    bad.sort()
+            bad.append((number, exc))
     return good, bad
 
 
 def embed_missing(events: list[tuple[int, Event]], embedder: Embedder) -> list[tuple[int, Event]]:
     """Every new memory without an embedding, embedded by ``embedder`` (so replay never embeds)."""
     todo = [
-        i
+        (i, ev.payload)
         for i, (_, ev) in enumerate(events)
-        if ev.type == "MemoryRemembered" and ev.payload.get("embedding") is None
+        if isinstance(ev.payload, MemoryRemembered) and ev.payload.embedding is None
     ]
     out = list(events)
     for start in range(0, len(todo), EMBED_BATCH):
         part = todo[start : start + EMBED_BATCH]
-        texts = [embedding_text(events[i][1].payload["label"], events[i][1].payload["content"]) for i in part]
-        for i, vector in zip(part, embedder.embed(texts), strict=True):
+        texts = [embedding_text(memory.label, memory.content) for _, memory in part]
+        for (i, memory), vector in zip(part, embedder.embed(texts), strict=True):
             number, ev = events[i]
-            payload = {
-                **ev.payload,
-                "embedding": [float(x) for x in vector],
-                "embedding_model": embedder.name,
-            }
-            out[i] = (number, dataclasses.replace(ev, payload=MappingProxyType(payload)))
+            embedded = replace(
+                memory, embedding=tuple(float(x) for x in vector), embedding_model=embedder.name
+            )
+            out[i] = (number, replace(ev, payload=embedded))
         if len(todo) > EMBED_BATCH:
             log.info("embedded %d/%d memories", min(start + EMBED_BATCH, len(todo)), len(todo))
     return out

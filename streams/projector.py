@@ -18,9 +18,12 @@ import faust
 from aiokafka.errors import MessageSizeTooLargeError
 
 from engram.settings import Settings
-from projections.graph import PLAN_ERRORS, NoFacts, Outcome, Status, checked_plan, rejection_reason
+from projections.plan import no_facts
 from projections.progress import Progress
 from projections.stores import TenantStores
+from projections.tenant_graph import Outcome, Status
+from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from schemas import payloads as ev
 from schemas import vocabulary as v
 from schemas.events import InvalidEvent, Position, validate
 from streams import codec
@@ -51,7 +54,7 @@ class Result:
 
 
 # The events that change what the search indexes hold of a memory (text, vector, or erasure).
-INDEXED_EVENTS = frozenset({"MemoryRemembered", "MemoryRevised", "MemoryForgotten"})
+INDEXED_EVENTS = (ev.MemoryRemembered, ev.MemoryRevised, ev.MemoryForgotten)
 
 
 def record_tenant(key: bytes | None) -> str | None:
@@ -85,7 +88,7 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
             raise InvalidEvent(f"event tenant {event.tenant!r:.100} differs from record key {tenant!r}")
         validate(event)
         if graph is None:  # a tenant's first event: only one that applies creates the store
-            checked_plan(stores.knowledge, event, record.position, NoFacts())
+            checked_plan(stores.knowledge, event, record.position, no_facts())
     except (codec.UndecodableEvent, *PLAN_ERRORS) as exc:
         reason = rejection_reason(exc)
         await dead_letter(record.key, record.value, record.headers, reason)
@@ -98,8 +101,8 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
     outcome = graph.apply(event, record.position)
     if outcome.status is Status.REJECTED:
         await dead_letter(record.key, record.value, record.headers, outcome.reason or "rejected")
-    touched = outcome.status is Status.APPLIED and event.type in INDEXED_EVENTS
-    return Result(tenant, outcome, (event.payload["memory_id"],) if touched else ())
+    touched = outcome.status is Status.APPLIED and isinstance(event.payload, INDEXED_EVENTS)
+    return Result(tenant, outcome, (event.payload.memory_id,) if touched else ())  # type: ignore[attr-defined]
 
 
 MAX_ATTEMPTS = 5
@@ -201,8 +204,8 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
 
     @app.agent(events, name="project_tenant_events")
     async def project_tenant_events(stream: faust.StreamT) -> None:
-        async for ev in stream.events():
-            msg = ev.message
+        async for item in stream.events():
+            msg = item.message
             position = Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000))
             raw_headers = msg.headers or []
             if isinstance(raw_headers, dict):

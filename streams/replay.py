@@ -15,9 +15,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from engram.settings import Settings
-from projections.graph import TenantGraph
 from projections.knowledge import load_knowledge
 from projections.stores import TenantStores
+from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 from schemas.events import Position
 from streams.projector import Headers, Record, handle_with_retries

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from schemas.events import Event, event_from_json
+from schemas.events import Actor, Event, event_from_json
+from schemas.payloads import payload_class
 
 ACTOR = {"id": "dana", "role": "operator"}
 
@@ -144,3 +146,16 @@ def random_stream(rng: random.Random, tenant: str, n: int) -> tuple[list[dict[st
             model.invalid += 1
         out[-1]["event_id"] = f"00000000-0000-4000-8000-{rng.getrandbits(48):012x}"
     return out, model
+
+
+def unchecked_event(
+    event_id: str,
+    tenant: str,
+    occurred_at: datetime,
+    actor: Actor,
+    source: str,
+    event_type: str,
+    payload: dict[str, Any],
+) -> Event:
+    """An event built past the domain checks (as a rogue producer's raw bytes on Kafka would be)."""
+    return Event(event_id, tenant, occurred_at, actor, source, payload_class(event_type).from_record(payload))

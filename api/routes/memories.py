@@ -8,17 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from pyoxigraph import Literal, NamedNode
 
-from api.deps import (
-    CurrentRuntime,
-    IdempotencyKey,
-    TenantId,
-    TenantStore,
-    Writes,
-    event_id_for,
-    get_tenant_graph,
-    not_found,
-)
-from api.errors import problem, responses
+from api.deps import Commands, IdempotencyKey, TenantId, TenantStore, event_id_for, not_found
+from api.errors import responses
 from api.models import (
     CLASS_PATTERN,
     Accepted,
@@ -29,12 +20,11 @@ from api.models import (
     Scope,
     anchored,
 )
-from api.writes import produce
 from projections.explain import derived_for_memory, inferred_about, show
-from projections.graph import INFERRED, TenantGraph, memory_iri
 from projections.read import get_memory, list_memory_ids
+from projections.tenant_graph import TenantGraph
+from projections.terms import INFERRED, memory_iri
 from schemas import vocabulary as v
-from streams.embedder import embedding_text
 
 router = APIRouter(prefix="/v1/tenants/{tenant}/memories", tags=["memories"])
 
@@ -124,22 +114,10 @@ WRITE_RESPONSES = responses(409, 413, 422, 503, 504)
 async def remember(
     tenant: TenantId,
     body: MemoryCreate,
-    runtime: CurrentRuntime,
-    writes: Writes,
+    commands: Commands,
     idempotency_key: IdempotencyKey = None,
     wait: bool = False,
 ) -> Accepted:
     """Validate and append MemoryRemembered; with ``wait=true`` answer once it is readable."""
-    body = body.model_copy(update={"event_id": event_id_for(tenant, idempotency_key, body.event_id)})
-    if body.embedding is None:  # embedded once, here: the vector travels in the event
-        vector = runtime.embedder.embed([embedding_text(body.label, body.content)])[0]
-        body = body.model_copy(
-            update={"embedding": [float(x) for x in vector], "embedding_model": runtime.embedder.name}
-        )
-    if body.replaces is not None:
-        graph = await get_tenant_graph(tenant, runtime, writes)
-        if graph is None or get_memory(graph, body.replaces) is None:
-            raise problem(422, f"replaces: unknown memory {body.replaces}", ["body", "replaces"])
-    accepted = await produce(runtime, body.envelope("MemoryRemembered", tenant, body.payload()), wait=wait)
-    writes.note(tenant, accepted.partition, accepted.offset)
-    return accepted
+    by = body.attribution(event_id_for(tenant, idempotency_key, body.event_id))
+    return Accepted.model_validate(await commands.remember(tenant, body.payload(), by, wait=wait))

@@ -25,9 +25,9 @@ from api.models import (
 from api.routes.memories import statuses
 from api.runtime import Runtime
 from projections.context import ContextOptions, build_context
-from projections.graph import TenantGraph
 from projections.memory_tool import memory_tool
 from projections.recall import RecallQuery, class_weights, recall
+from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
 from schemas import vocabulary as v
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from pyoxigraph import Literal, NamedNode
+from pyoxigraph import BlankNode, Literal, NamedNode
 
 from projections.rules.syntax import (
     RDF_TYPE,
     Aggregate,
     Atom,
     Bind,
+    BodyLiteral,
     Filter,
     Negation,
     Program,
@@ -24,8 +25,11 @@ from projections.rules.syntax import (
     Var,
 )
 
-Binding = Mapping[str, NamedNode | Literal]
-Seeds = Sequence[Binding]
+Value = NamedNode | BlankNode | Literal  # what a variable stands for in a fact or a solution
+Binding = Mapping[str, Value]  # values of some of a rule's variables
+Seeds = Sequence[Binding]  # what a query starts from: the same variables in each, no blank node
+# A compiled body, by (rule id, skipped literal id, seeded variables, negations dropped).
+BodyCache = dict[tuple[int, int, frozenset[str], bool], str]
 
 
 def sparql_term(term: Term) -> str:
@@ -33,7 +37,7 @@ def sparql_term(term: Term) -> str:
 
 
 def prefix_block(program: Program) -> str:
-    return "".join(f"PREFIX {p}: <{iri}>\n" for p, iri in program.prefixes.items())
+    return "".join(f"PREFIX {prefix}: <{iri}>\n" for prefix, iri in program.prefixes.items())
 
 
 def values_block(seeds: Seeds) -> str:
@@ -41,25 +45,28 @@ def values_block(seeds: Seeds) -> str:
     if not seeds or not seeds[0]:
         return ""
     names = sorted(seeds[0])
-    rows = dict.fromkeys(f"({' '.join(str(seed[n]) for n in names)})" for seed in seeds)
-    return f"VALUES ({' '.join('?' + n for n in names)}) {{ {' '.join(rows)} }}\n"
+    rows = dict.fromkeys(f"({' '.join(str(seed[name]) for name in names)})" for seed in seeds)
+    return f"VALUES ({' '.join('?' + name for name in names)}) {{ {' '.join(rows)} }}\n"
 
 
 def project(seeds: Seeds, keep: Iterable[str]) -> list[Binding]:
+    """The seeds cut down to the ``keep`` variables, without repeats, in first-seen order."""
     keep = set(keep)
-    out = {tuple(sorted((k, str(v)) for k, v in s.items() if k in keep)): s for s in seeds}
-    return [{k: v for k, v in s.items() if k in keep} for s in out.values()]
+    unique = {
+        tuple(sorted((var, str(value)) for var, value in seed.items() if var in keep)): seed for seed in seeds
+    }
+    return [{var: value for var, value in seed.items() if var in keep} for seed in unique.values()]
 
 
-def _atom(atom: Atom) -> str:
+def _pattern(atom: Atom) -> str:
     return f"{sparql_term(atom.s)} {sparql_term(atom.p)} {sparql_term(atom.o)} ."
 
 
 def _score(atom: Atom, bound: set[str]) -> int:
     """How selective an atom is once ``bound`` variables are known (higher joins first)."""
 
-    def known(t: Term) -> bool:
-        return not isinstance(t, Var) or t.name in bound
+    def known(term: Term) -> bool:
+        return not isinstance(term, Var) or term.name in bound
 
     score = 0
     if known(atom.s):
@@ -73,55 +80,53 @@ def _score(atom: Atom, bound: set[str]) -> int:
 
 def order_atoms(atoms: list[Atom], bound: set[str]) -> list[Atom]:
     bound = set(bound)
-    rest, out = list(atoms), []
+    rest, ordered = list(atoms), []
     while rest:
-        best = max(rest, key=lambda a: _score(a, bound))
+        best = max(rest, key=lambda atom: _score(atom, bound))
         rest.remove(best)
-        out.append(best)
+        ordered.append(best)
         bound |= best.vars
-    return out
+    return ordered
 
 
-def negation_locals(rule: Rule, neg: Negation) -> frozenset[str]:
-    """Variables that occur only inside ``neg``: existential, not shared with the rest."""
+def negation_locals(rule: Rule, negation: Negation) -> frozenset[str]:
+    """Variables that occur only inside ``negation``: existential, not shared with the rest."""
     outside: set[str] = set()
-    for lit in rule.body:
-        if lit is neg:
+    for literal in rule.body:
+        if literal is negation:
             continue
-        match lit:
+        match literal:
             case Atom():
-                outside |= lit.vars
+                outside |= literal.vars
             case Negation():
-                outside |= set().union(*(a.vars for a in lit.atoms))
+                outside |= set().union(*(atom.vars for atom in literal.atoms))
             case Filter() | Bind():
-                outside |= lit.vars | ({lit.var} if isinstance(lit, Bind) else set())
+                outside |= literal.vars | ({literal.var} if isinstance(literal, Bind) else set())
             case Aggregate():
-                outside |= set(lit.group) | {o.var for o in lit.outputs}
-    inside = set().union(*(a.vars for a in neg.atoms))
-    return frozenset((inside - outside) | neg.exists)
+                outside |= set(literal.group) | {output.var for output in literal.outputs}
+    inside = set().union(*(atom.vars for atom in negation.atoms))
+    return frozenset((inside - outside) | negation.declared_local)
 
 
-def aggregate_subquery(agg: Aggregate, seeds: Seeds) -> str:
-    inner_seed = project(seeds, agg.group) if seeds and set(agg.group) & set(seeds[0]) else []
-    atoms = order_atoms(list(agg.atoms), set(inner_seed[0]) if inner_seed else set())
+def aggregate_subquery(aggregate: Aggregate, seeds: Seeds) -> str:
+    inner_seeds = project(seeds, aggregate.group) if seeds and set(aggregate.group) & set(seeds[0]) else []
+    atoms = order_atoms(list(aggregate.atoms), set(inner_seeds[0]) if inner_seeds else set())
     outputs = " ".join(
-        f"({o.func}({'DISTINCT ' if o.distinct else ''}{o.expr}) AS ?{o.var})" for o in agg.outputs
+        f"({output.func}({'DISTINCT ' if output.distinct else ''}{output.expr}) AS ?{output.var})"
+        for output in aggregate.outputs
     )
-    group = " ".join(f"?{g}" for g in agg.group)
-    body = values_block(inner_seed) + " ".join(_atom(a) for a in atoms)
-    body += "".join(f" FILTER({f.expr})" for f in agg.filters)
+    group = " ".join(f"?{var}" for var in aggregate.group)
+    body = values_block(inner_seeds) + " ".join(_pattern(atom) for atom in atoms)
+    body += "".join(f" FILTER({condition.expr})" for condition in aggregate.filters)
     grouping = f" GROUP BY {group}" if group else ""
     return f"{{ SELECT {group} {outputs} WHERE {{ {body} }}{grouping} }}"
-
-
-BodyCache = dict[tuple[int, int, frozenset[str], bool], str]
 
 
 def where_clause(
     rule: Rule,
     seeds: Seeds,
     *,
-    skip: object = None,
+    skip: BodyLiteral | None = None,
     drop_negations: bool = False,
     cache: BodyCache | None = None,
 ) -> str:
@@ -130,68 +135,82 @@ def where_clause(
     A body depends only on the rule, the literal left out and which variables are seeded, so a
     caller that keeps its rules alive (the engine) passes a ``cache`` keyed by their ids.
     """
-    bound = frozenset(seeds[0]) if seeds else frozenset()
-    if cache is None or any(isinstance(lit, Aggregate) for lit in rule.body):  # subqueries carry seeds
-        return _body(rule, bound, skip, drop_negations, seeds)
-    key = (id(rule), id(skip), bound, drop_negations)
+    seeded = frozenset(seeds[0]) if seeds else frozenset()
+    if cache is None or any(
+        isinstance(literal, Aggregate) for literal in rule.body
+    ):  # subqueries carry seeds
+        return _body(rule, seeded, skip, drop_negations, seeds)
+    key = (id(rule), id(skip), seeded, drop_negations)
     body = cache.get(key)
     if body is None:
-        body = cache[key] = _body(rule, bound, skip, drop_negations, ())
+        body = cache[key] = _body(rule, seeded, skip, drop_negations, ())
     return values_block(seeds) + body
 
 
-def _body(rule: Rule, seeded: frozenset[str], skip: object, drop_negations: bool, seeds: Seeds) -> str:
+def _body(
+    rule: Rule, seeded: frozenset[str], skip: BodyLiteral | None, drop_negations: bool, seeds: Seeds
+) -> str:
     atoms: list[Atom] = []
     binds: list[Bind] = []
     filters: list[str] = []
-    negs: list[str] = []
+    negations: list[str] = []
     subqueries: list[str] = []
-    for lit in rule.body:
-        if lit is skip:
+    for literal in rule.body:
+        if literal is skip:
             continue
-        match lit:
+        match literal:
             case Atom():
-                atoms.append(lit)
+                atoms.append(literal)
             case Bind():
-                binds.append(lit)
+                binds.append(literal)
             case Filter():
-                filters.append(f"FILTER({lit.expr})")
+                filters.append(f"FILTER({literal.expr})")
             case Negation():
                 if not drop_negations:
-                    negs.append(f"FILTER NOT EXISTS {{ {' '.join(_atom(a) for a in lit.atoms)} }}")
+                    patterns = " ".join(_pattern(atom) for atom in literal.atoms)
+                    negations.append(f"FILTER NOT EXISTS {{ {patterns} }}")
             case Aggregate():
-                subqueries.append(aggregate_subquery(lit, seeds))
+                subqueries.append(aggregate_subquery(literal, seeds))
     parts = [values_block(seeds) if seeds else "", *subqueries]
     bound = set(seeded)
     # A seeded BIND target is already in scope: check the value instead of binding it.
-    filters += [f"FILTER(sameTerm(?{b.var}, {b.expr}))" for b in binds if b.var in bound]
-    pending = [b for b in binds if b.var not in bound]
+    filters += [f"FILTER(sameTerm(?{bind.var}, {bind.expr}))" for bind in binds if bind.var in bound]
+    pending = [bind for bind in binds if bind.var not in bound]
     for atom in order_atoms(atoms, bound):
-        parts.append(_atom(atom))
+        parts.append(_pattern(atom))
         bound |= atom.vars
-        for b in [b for b in pending if b.vars <= bound]:
-            parts.append(f"BIND({b.expr} AS ?{b.var})")
-            bound.add(b.var)
-            pending.remove(b)
-    parts += [f"BIND({b.expr} AS ?{b.var})" for b in pending]
-    parts += filters + negs
-    return "\n".join(p for p in parts if p)
+        for bind in [bind for bind in pending if bind.vars <= bound]:
+            parts.append(f"BIND({bind.expr} AS ?{bind.var})")
+            bound.add(bind.var)
+            pending.remove(bind)
+    parts += [f"BIND({bind.expr} AS ?{bind.var})" for bind in pending]
+    parts += filters + negations
+    return "\n".join(part for part in parts if part)
 
 
-def select(rule: Rule, seeds: Seeds, variables: list[str], **options: object) -> str:
-    projected = " ".join(f"?{v}" for v in variables) if variables else "*"
-    return f"SELECT DISTINCT {projected} WHERE {{\n{where_clause(rule, seeds, **options)}\n}}"  # type: ignore[arg-type]
+def select(
+    rule: Rule,
+    seeds: Seeds,
+    variables: list[str],
+    *,
+    skip: BodyLiteral | None = None,
+    drop_negations: bool = False,
+    cache: BodyCache | None = None,
+) -> str:
+    projected = " ".join(f"?{var}" for var in variables) if variables else "*"
+    body = where_clause(rule, seeds, skip=skip, drop_negations=drop_negations, cache=cache)
+    return f"SELECT DISTINCT {projected} WHERE {{\n{body}\n}}"
 
 
 def ask(rule: Rule, seeds: Seeds, cache: BodyCache | None = None) -> str:
     return f"ASK {{\n{where_clause(rule, seeds, cache=cache)}\n}}"
 
 
-def group_keys(agg: Aggregate, seeds: Seeds) -> str:
+def group_keys(aggregate: Aggregate, seeds: Seeds) -> str:
     """The groups of an aggregate that the seeded atoms touch."""
-    inner = project(seeds, set().union(*(a.vars for a in agg.atoms)))
-    atoms = order_atoms(list(agg.atoms), set(inner[0]) if inner else set())
-    body = values_block(inner) + " ".join(_atom(a) for a in atoms)
-    body += "".join(f" FILTER({f.expr})" for f in agg.filters)
-    group = " ".join(f"?{g}" for g in agg.group) or "*"
+    inner_seeds = project(seeds, set().union(*(atom.vars for atom in aggregate.atoms)))
+    atoms = order_atoms(list(aggregate.atoms), set(inner_seeds[0]) if inner_seeds else set())
+    body = values_block(inner_seeds) + " ".join(_pattern(atom) for atom in atoms)
+    body += "".join(f" FILTER({condition.expr})" for condition in aggregate.filters)
+    group = " ".join(f"?{var}" for var in aggregate.group) or "*"
     return f"SELECT DISTINCT {group} WHERE {{ {body} }}"

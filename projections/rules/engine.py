@@ -18,22 +18,23 @@ same result from scratch and is what the tests compare against after every step.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyoxigraph import BlankNode, Literal, NamedNode, Quad, QueryBoolean, Store, Triple
+from pyoxigraph import BlankNode, Literal, NamedNode, Quad, QueryBoolean, QuerySolution, Store, Triple
 
-from projections.rules import compile as sq
+from projections.rules import compile as sparql
+from projections.rules.compile import Binding, Value
 from projections.rules.stratify import body_atoms, stratify, unifiable
-from projections.rules.syntax import Aggregate, Atom, Negation, Program, Rule, Var
+from projections.rules.syntax import Aggregate, Atom, BodyLiteral, Negation, Program, Rule, Var
 
 log = logging.getLogger(__name__)
 
 Fact = Triple
-Seed = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -45,25 +46,48 @@ class Graphs:
     removed: NamedNode
 
     @property
-    def new(self) -> list[NamedNode]:
+    def current(self) -> list[NamedNode]:
+        """The facts as they stand, base and inferred."""
         return [*self.base, self.inferred]
 
     @property
-    def union(self) -> list[NamedNode]:
+    def old_and_new(self) -> list[NamedNode]:
+        """Before and after the update together: a derivation that used a removed fact still matches."""
         return [*self.base, self.inferred, self.removed]
+
+
+class TriggerKind(enum.Enum):
+    """How a rule reads the atom a changed fact matches, and so which changes fire the rule."""
+
+    POSITIVE = enum.auto()
+    """A plain body atom: fired by a fact added (may derive) or removed (may lose support)."""
+    NEGATED = enum.auto()
+    """An atom under NOT: fired by a fact removed (may derive) or added (may lose support)."""
+    AGGREGATE = enum.auto()
+    """An atom inside AGGREGATE: fired by any change, which alters the group it falls in."""
+
+
+# The triggers a change fires where a rule reads the fact as it is, and where it reads it under
+# NOT; an aggregate's group changes either way. Tuples: `in` compares by identity, no hashing.
+READ_AS_IS = (TriggerKind.POSITIVE, TriggerKind.AGGREGATE)
+READ_UNDER_NOT = (TriggerKind.NEGATED, TriggerKind.AGGREGATE)
 
 
 @dataclass(frozen=True)
 class _Trigger:
+    """A body atom a changed fact can match, with the literal it belongs to."""
+
     rule: Rule
-    literal: object  # the body literal (Atom, Negation or Aggregate) the fact matches
+    literal: Atom | Negation | Aggregate
     atom: Atom
-    kind: str  # "pos", "neg" or "agg"
-    locals: frozenset[str] = frozenset()
+    kind: TriggerKind
+    local_vars: frozenset[str] = frozenset()  # of a negation: existential, so never seeded
 
 
 @dataclass
 class UpdateStats:
+    """What one update did, for the logs and the benchmarks."""
+
     added: int = 0
     removed: int = 0
     rederived: int = 0
@@ -71,16 +95,37 @@ class UpdateStats:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class DerivationInput:
+    """A fact a derivation read; an inferred one is explained in turn, down to a depth."""
+
+    fact: Fact
+    asserted: bool  # a base fact (asserted or ontology), not an inferred one
+    because: tuple[Derivation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One way a rule derives a fact from the facts as they stand."""
+
+    rule: Rule
+    bindings: Mapping[str, Value]
+    inputs: tuple[DerivationInput, ...]  # the facts its positive atoms matched
+
+
 @dataclass
 class _Stratum:
+    """Rules that depend on one another, indexed by what their bodies read and heads produce."""
+
     rules: list[Rule]
+    # by the predicate IRI of the atom; None for an atom whose predicate is a variable
     triggers: dict[str | None, list[_Trigger]] = field(default_factory=dict)
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
 
     @property
     def aggregate_only(self) -> bool:
         """Every rule here is an AGGREGATE rule: insertion recomputes each group it over-deleted."""
-        return all(any(isinstance(lit, Aggregate) for lit in rule.body) for rule in self.rules)
+        return all(any(isinstance(literal, Aggregate) for literal in rule.body) for rule in self.rules)
 
     @property
     def recursive(self) -> bool:
@@ -88,37 +133,38 @@ class _Stratum:
         atoms = [atom for rule in self.rules for atom, _ in body_atoms(rule)]
         return any(unifiable(head, atom) for _, head in self.heads for atom in atoms)
 
-    def matches(self, fact: Fact, kinds: tuple[str, ...]) -> Iterator[tuple[_Trigger, Seed]]:
-        for key in (fact.predicate.value, None):
-            for trig in self.triggers.get(key, ()):
-                if trig.kind in kinds and (seed := unify(trig.atom, fact)) is not None:
-                    yield trig, seed
+    def matches(self, fact: Fact, kinds: tuple[TriggerKind, ...]) -> Iterator[tuple[_Trigger, Binding]]:
+        for predicate in (fact.predicate.value, None):
+            for trigger in self.triggers.get(predicate, ()):
+                if trigger.kind in kinds and (seed := unify(trigger.atom, fact)) is not None:
+                    yield trigger, seed
 
-    def triggered(self, *, positive: list[Fact], negative: list[Fact]) -> list[tuple[_Trigger, Seed]]:
+    def triggered(self, *, positive: list[Fact], negative: list[Fact]) -> list[tuple[_Trigger, Binding]]:
         """Triggers fired by facts read positively, and by facts read under NOT; both fire aggregates."""
-        pending = [m for fact in positive for m in self.matches(fact, ("pos", "agg"))]
-        return pending + [m for fact in negative for m in self.matches(fact, ("neg", "agg"))]
+        pending = [match for fact in positive for match in self.matches(fact, READ_AS_IS)]
+        return pending + [match for fact in negative for match in self.matches(fact, READ_UNDER_NOT)]
 
     def produces(self, fact: Fact) -> bool:
         return any(unify(head, fact) is not None for _, head in self.heads)
 
 
-def _seedable(seed: Seed) -> bool:
+def _seedable(seed: Binding) -> bool:
+    """VALUES cannot hold a blank node: such a binding cannot seed a query."""
     return not any(isinstance(value, BlankNode) for value in seed.values())
 
 
-def unify(atom: Atom, fact: Fact) -> Seed | None:
-    seed: Seed = {}
+def unify(atom: Atom, fact: Fact) -> Binding | None:
+    binding: dict[str, Value] = {}
     for term, value in zip(atom.terms, (fact.subject, fact.predicate, fact.object), strict=True):
         if isinstance(term, Var):
-            if seed.setdefault(term.name, value) != value:
+            if binding.setdefault(term.name, value) != value:
                 return None
         elif term != value:
             return None
-    return seed
+    return binding
 
 
-def instantiate(atom: Atom, row: Any) -> Fact | None:
+def instantiate(atom: Atom, row: Binding | QuerySolution) -> Fact | None:
     terms = []
     for term in atom.terms:
         if isinstance(term, Var):
@@ -139,28 +185,34 @@ class RuleEngine:
         self.program = program
         self.prefixes = dict(program.prefixes)
         self.strata = [self._index(rules) for rules in stratify(program.rules)]
-        self._bodies: sq.BodyCache = {}
-        self._ground: dict[tuple[int, int, frozenset[str]], list[Atom]] = {}
+        self._bodies: sparql.BodyCache = {}
+        # (rule id, skipped literal id, seeded variables) -> the atoms a seed makes ground
+        self._ground_atoms: dict[tuple[int, int, frozenset[str]], list[Atom]] = {}
 
     @staticmethod
     def _index(rules: list[Rule]) -> _Stratum:
         stratum = _Stratum(rules)
         for rule in rules:
-            stratum.heads += [(rule, h) for h in rule.heads]
-            for lit in rule.body:
-                match lit:
+            stratum.heads += [(rule, head) for head in rule.heads]
+            for literal in rule.body:
+                match literal:
                     case Atom():
-                        trigs = [_Trigger(rule, lit, lit, "pos")]
+                        triggers = [_Trigger(rule, literal, literal, TriggerKind.POSITIVE)]
                     case Negation():
-                        locals_ = sq.negation_locals(rule, lit)
-                        trigs = [_Trigger(rule, lit, a, "neg", locals_) for a in lit.atoms]
+                        local_vars = sparql.negation_locals(rule, literal)
+                        triggers = [
+                            _Trigger(rule, literal, atom, TriggerKind.NEGATED, local_vars)
+                            for atom in literal.atoms
+                        ]
                     case Aggregate():
-                        trigs = [_Trigger(rule, lit, a, "agg") for a in lit.atoms]
+                        triggers = [
+                            _Trigger(rule, literal, atom, TriggerKind.AGGREGATE) for atom in literal.atoms
+                        ]
                     case _:
-                        trigs = []
-                for trig in trigs:
-                    key = trig.atom.p.value if isinstance(trig.atom.p, NamedNode) else None
-                    stratum.triggers.setdefault(key, []).append(trig)
+                        triggers = []
+                for trigger in triggers:
+                    predicate = trigger.atom.p.value if isinstance(trigger.atom.p, NamedNode) else None
+                    stratum.triggers.setdefault(predicate, []).append(trigger)
         return stratum
 
     # -- store access ---------------------------------------------------------------------
@@ -174,31 +226,40 @@ class RuleEngine:
 
     @staticmethod
     def _in(store: Store, fact: Fact, graphs: Iterable[NamedNode]) -> bool:
-        return any(Quad(fact.subject, fact.predicate, fact.object, g) in store for g in graphs)
+        return any(Quad(fact.subject, fact.predicate, fact.object, graph) in store for graph in graphs)
 
     def _heads(
         self,
         store: Store,
         rule: Rule,
-        seeds: list[Seed],
+        seeds: list[Binding],
         graphs: list[NamedNode],
         stats: UpdateStats | None,
-        **options: Any,
+        *,
+        skip: BodyLiteral | None = None,
+        drop_negations: bool = False,
     ) -> Iterator[Fact]:
         if seeds:  # seeded: drop the seeds a ground atom already rules out
-            seeds = self._prefilter(store, rule, seeds, graphs, options.get("skip"))
+            seeds = self._prefilter(store, rule, seeds, graphs, skip)
             if not seeds:
                 return
-        variables = sorted(set().union(*(h.vars for h in rule.heads)))
-        query = sq.select(rule, seeds, variables, cache=self._bodies, **options)
+        variables = sorted(set().union(*(head.vars for head in rule.heads)))
+        query = sparql.select(
+            rule, seeds, variables, skip=skip, drop_negations=drop_negations, cache=self._bodies
+        )
         for row in self._rows(store, query, graphs, stats):
             for head in rule.heads:
                 if (fact := instantiate(head, row)) is not None:
                     yield fact
 
     def _prefilter(
-        self, store: Store, rule: Rule, seeds: list[Seed], graphs: list[NamedNode], skip: object
-    ) -> list[Seed]:
+        self,
+        store: Store,
+        rule: Rule,
+        seeds: list[Binding],
+        graphs: list[NamedNode],
+        skip: BodyLiteral | None,
+    ) -> list[Binding]:
         """Drop the seeds for which an atom made ground by the seed is not a fact: no query needed.
 
         A new memory fires many rules (targets, budgets, conflicts) that its class or scope rules
@@ -206,35 +267,38 @@ class RuleEngine:
         """
         if not seeds[0]:
             return seeds
-        key = (id(rule), id(skip), frozenset(seeds[0]))
-        atoms = self._ground.get(key)
+        seeded = frozenset(seeds[0])
+        key = (id(rule), id(skip), seeded)
+        atoms = self._ground_atoms.get(key)
         if atoms is None:
-            atoms = self._ground[key] = [
-                lit for lit in rule.body if isinstance(lit, Atom) and lit is not skip and lit.vars <= key[2]
+            atoms = self._ground_atoms[key] = [
+                literal
+                for literal in rule.body
+                if isinstance(literal, Atom) and literal is not skip and literal.vars <= seeded
             ]
         if not atoms:
             return seeds
         kept = []
         for seed in seeds:
             facts = [instantiate(atom, seed) for atom in atoms]
-            if all(f is not None and self._in(store, f, graphs) for f in facts):
+            if all(fact is not None and self._in(store, fact, graphs) for fact in facts):
                 kept.append(seed)
         return kept
 
     def _group_keys(
         self,
         store: Store,
-        agg: Aggregate,
-        seeds: list[Seed],
+        aggregate: Aggregate,
+        seeds: list[Binding],
         graphs: list[NamedNode],
         stats: UpdateStats | None,
-    ) -> list[Seed]:
-        if not agg.group:
+    ) -> list[Binding]:
+        if not aggregate.group:
             return [{}]
-        if seeds and all(all(g in seed for g in agg.group) for seed in seeds):
-            return sq.project(seeds, agg.group)  # type: ignore[return-value]
-        rows = self._rows(store, sq.group_keys(agg, seeds), graphs, stats)
-        return [{g: row[g] for g in agg.group} for row in rows]
+        if seeds and all(all(var in seed for var in aggregate.group) for seed in seeds):
+            return sparql.project(seeds, aggregate.group)
+        rows = self._rows(store, sparql.group_keys(aggregate, seeds), graphs, stats)
+        return [{var: row[var] for var in aggregate.group} for row in rows]
 
     # -- from scratch ---------------------------------------------------------------------
     def materialize(self, store: Store, graphs: Graphs) -> int:
@@ -246,12 +310,12 @@ class RuleEngine:
             while True:
                 new: set[Fact] = set()
                 for rule in stratum.rules:
-                    for fact in self._heads(store, rule, [], graphs.new, None):
-                        if fact not in new and not self._in(store, fact, graphs.new):
+                    for fact in self._heads(store, rule, [], graphs.current, None):
+                        if fact not in new and not self._in(store, fact, graphs.current):
                             new.add(fact)
                 if not new:
                     break
-                store.extend(Quad(f.subject, f.predicate, f.object, graphs.inferred) for f in new)
+                store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in new)
                 total += len(new)
                 if not stratum.recursive:
                     break
@@ -265,93 +329,100 @@ class RuleEngine:
         """Bring ``graphs.inferred`` up to date after base facts were added and removed."""
         stats, started = UpdateStats(), time.monotonic()
         inferred, scratch = graphs.inferred, graphs.removed
-        removed = [f for f in dict.fromkeys(removed) if not self._in(store, f, graphs.base)]
-        adds: list[Fact] = []
+        removed = [fact for fact in dict.fromkeys(removed) if not self._in(store, fact, graphs.base)]
+        # Facts gained and lost so far, base and inferred: each stratum reads what those below changed.
+        gained: list[Fact] = []
         for fact in dict.fromkeys(added):
-            q = Quad(fact.subject, fact.predicate, fact.object, inferred)
-            if q in store:
-                store.remove(q)  # now asserted: it held already, so nothing changes
+            quad = Quad(fact.subject, fact.predicate, fact.object, inferred)
+            if quad in store:
+                store.remove(quad)  # now asserted: it held already, so nothing changes
             else:
-                adds.append(fact)
-        store.extend(Quad(f.subject, f.predicate, f.object, scratch) for f in removed)
-        dels = list(removed)
+                gained.append(fact)
+        store.extend(Quad(fact.subject, fact.predicate, fact.object, scratch) for fact in removed)
+        lost = list(removed)
         try:
-            for i, stratum in enumerate(self.strata):
-                overdeleted = self._overdelete(store, graphs, stratum, adds, dels, stats)
+            for level, stratum in enumerate(self.strata):
+                overdeleted = self._overdelete(store, graphs, stratum, gained, lost, stats)
                 # A pattern may be produced by rules in several strata: whatever was deleted and
                 # this stratum can produce is a candidate, and rederivation may use any rule of
                 # this or a lower stratum (those are final by now).
                 # Aggregate heads of over-deleted groups are recomputed by the insertion below,
                 # so asking each one again (a whole aggregate apiece) would be wasted.
-                mine = [] if stratum.aggregate_only else overdeleted
-                candidates = mine + [f for f in dels if stratum.produces(f)]
-                self._rederive(store, graphs, self.strata[: i + 1], candidates, stats)
-                dels = [f for f in dict.fromkeys(dels + overdeleted) if not self._in(store, f, graphs.new)]
-                self._insert(store, graphs, stratum, adds, dels, stats)
+                recheck = [] if stratum.aggregate_only else overdeleted
+                candidates = recheck + [fact for fact in lost if stratum.produces(fact)]
+                self._rederive(store, graphs, self.strata[: level + 1], candidates, stats)
+                lost = [
+                    fact
+                    for fact in dict.fromkeys(lost + overdeleted)
+                    if not self._in(store, fact, graphs.current)
+                ]
+                self._insert(store, graphs, stratum, gained, lost, stats)
         finally:
             store.remove_graph(scratch)
         stats.seconds = time.monotonic() - started
         return stats
 
     @staticmethod
-    def _by_trigger(pairs: Iterable[tuple[_Trigger, Seed]]) -> dict[int, tuple[_Trigger, list[Seed]]]:
+    def _by_trigger(
+        matches: Iterable[tuple[_Trigger, Binding]],
+    ) -> dict[int, tuple[_Trigger, list[Binding]]]:
         """Seeds grouped per trigger, so one query serves every fact that fired it."""
-        out: dict[int, tuple[_Trigger, list[Seed]]] = {}
-        for trig, seed in pairs:
-            if trig.kind == "neg":
-                seed = {k: v for k, v in seed.items() if k not in trig.locals}
-            out.setdefault(id(trig), (trig, []))[1].append(seed)
-        return out
+        grouped: dict[int, tuple[_Trigger, list[Binding]]] = {}
+        for trigger, seed in matches:
+            if trigger.kind is TriggerKind.NEGATED:
+                seed = {var: value for var, value in seed.items() if var not in trigger.local_vars}
+            grouped.setdefault(id(trigger), (trigger, []))[1].append(seed)
+        return grouped
 
     def _overdelete(
         self,
         store: Store,
         graphs: Graphs,
         stratum: _Stratum,
-        adds: list[Fact],
-        dels: list[Fact],
+        gained: list[Fact],
+        lost: list[Fact],
         stats: UpdateStats,
     ) -> list[Fact]:
         # what lost a fact it read positively, or gained one it reads under NOT, may lose support
-        pending = stratum.triggered(positive=dels, negative=adds)
-        gone: list[Fact] = []
+        pending = stratum.triggered(positive=lost, negative=gained)
+        overdeleted: list[Fact] = []
         seen: set[Fact] = set()
         while pending:
-            rounds, pending = self._by_trigger(pending), []
-            for trig, seeds in rounds.values():
-                for fact in list(self._candidates(store, graphs, trig, seeds, stats)):
-                    q = Quad(fact.subject, fact.predicate, fact.object, graphs.inferred)
-                    if fact in seen or q not in store:
+            batches, pending = self._by_trigger(pending), []
+            for trigger, seeds in batches.values():
+                for fact in list(self._candidates(store, graphs, trigger, seeds, stats)):
+                    quad = Quad(fact.subject, fact.predicate, fact.object, graphs.inferred)
+                    if fact in seen or quad not in store:
                         continue
                     seen.add(fact)
-                    store.remove(q)
+                    store.remove(quad)
                     store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.removed))
-                    gone.append(fact)
+                    overdeleted.append(fact)
                     stats.removed += 1
-                    pending += stratum.matches(fact, ("pos", "agg"))
-        return gone
+                    pending += stratum.matches(fact, READ_AS_IS)
+        return overdeleted
 
     def _candidates(
-        self, store: Store, graphs: Graphs, trig: _Trigger, seeds: list[Seed], stats: UpdateStats
+        self, store: Store, graphs: Graphs, trigger: _Trigger, seeds: list[Binding], stats: UpdateStats
     ) -> Iterator[Fact]:
         """Inferred facts whose derivation may have used the triggering facts (an over-estimate)."""
-        rule = trig.rule
+        rule = trigger.rule
         if not all(map(_seedable, seeds)):  # blank nodes cannot go in VALUES: every derivation
-            if trig.kind == "agg":
+            if trigger.kind is TriggerKind.AGGREGATE:
                 seeds = []
             else:
-                yield from self._heads(store, rule, [], graphs.union, stats, drop_negations=True)
+                yield from self._heads(store, rule, [], graphs.old_and_new, stats, drop_negations=True)
                 return
-        if trig.kind == "agg":
-            assert isinstance(trig.literal, Aggregate)
-            for key in self._group_keys(store, trig.literal, seeds, graphs.union, stats):
+        if trigger.kind is TriggerKind.AGGREGATE:
+            assert isinstance(trigger.literal, Aggregate)
+            for group in self._group_keys(store, trigger.literal, seeds, graphs.old_and_new, stats):
                 for head in rule.heads:
-                    pattern = [key.get(t.name) if isinstance(t, Var) else t for t in head.terms]
-                    for q in store.quads_for_pattern(*pattern, graphs.inferred):
-                        yield Triple(q.subject, q.predicate, q.object)
+                    pattern = [group.get(term.name) if isinstance(term, Var) else term for term in head.terms]
+                    for quad in store.quads_for_pattern(*pattern, graphs.inferred):
+                        yield Triple(quad.subject, quad.predicate, quad.object)
             return
         yield from self._heads(
-            store, rule, seeds, graphs.union, stats, skip=trig.literal, drop_negations=True
+            store, rule, seeds, graphs.old_and_new, stats, skip=trigger.literal, drop_negations=True
         )
 
     def _rederive(
@@ -362,9 +433,9 @@ class RuleEngine:
         while pending and progress:
             progress = False
             for fact in list(pending):
-                if self._in(store, fact, graphs.new):
+                if self._in(store, fact, graphs.current):
                     pending.remove(fact)
-                elif any(self._derivable(store, graphs, st, fact, stats) for st in strata):
+                elif any(self._derivable(store, graphs, stratum, fact, stats) for stratum in strata):
                     store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
                     stats.rederived += 1
                     pending.remove(fact)
@@ -378,10 +449,10 @@ class RuleEngine:
             if seed is None:
                 continue
             if not _seedable(seed):
-                if fact in set(self._heads(store, rule, [], graphs.new, stats)):
+                if fact in set(self._heads(store, rule, [], graphs.current, stats)):
                     return True
                 continue
-            result = self._rows(store, sq.ask(rule, [seed], self._bodies), graphs.new, stats)
+            result = self._rows(store, sparql.ask(rule, [seed], self._bodies), graphs.current, stats)
             if isinstance(result, QueryBoolean) and bool(result):
                 return True
         return False
@@ -391,64 +462,66 @@ class RuleEngine:
         store: Store,
         graphs: Graphs,
         stratum: _Stratum,
-        adds: list[Fact],
-        dels: list[Fact],
+        gained: list[Fact],
+        lost: list[Fact],
         stats: UpdateStats,
     ) -> None:
         # what gained a fact it reads positively, or lost one it reads under NOT, may gain a head
-        pending = stratum.triggered(positive=adds, negative=dels)
+        pending = stratum.triggered(positive=gained, negative=lost)
         while pending:
-            rounds, pending = self._by_trigger(pending), []
-            for trig, seeds in rounds.values():
-                for fact in list(self._derived(store, graphs, trig, seeds, stats)):
-                    if self._in(store, fact, graphs.new):
+            batches, pending = self._by_trigger(pending), []
+            for trigger, seeds in batches.values():
+                for fact in list(self._derived(store, graphs, trigger, seeds, stats)):
+                    if self._in(store, fact, graphs.current):
                         continue
                     store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
-                    adds.append(fact)
+                    gained.append(fact)
                     stats.added += 1
-                    pending += stratum.matches(fact, ("pos", "agg"))
+                    pending += stratum.matches(fact, READ_AS_IS)
 
     def _derived(
-        self, store: Store, graphs: Graphs, trig: _Trigger, seeds: list[Seed], stats: UpdateStats
+        self, store: Store, graphs: Graphs, trigger: _Trigger, seeds: list[Binding], stats: UpdateStats
     ) -> Iterator[Fact]:
-        rule = trig.rule
+        rule = trigger.rule
         if not all(map(_seedable, seeds)):  # blank nodes cannot go in VALUES: evaluate unseeded
             seeds = []
-        if trig.kind == "agg":
-            assert isinstance(trig.literal, Aggregate)
-            keys = self._group_keys(store, trig.literal, seeds, graphs.union, stats)
-            if keys and not all(map(_seedable, keys)):
-                keys = [{}]
-            if keys:
-                yield from self._heads(store, rule, keys, graphs.new, stats)
+        if trigger.kind is TriggerKind.AGGREGATE:
+            assert isinstance(trigger.literal, Aggregate)
+            groups = self._group_keys(store, trigger.literal, seeds, graphs.old_and_new, stats)
+            if groups and not all(map(_seedable, groups)):
+                groups = [{}]
+            if groups:
+                yield from self._heads(store, rule, groups, graphs.current, stats)
             return
-        yield from self._heads(store, rule, seeds, graphs.new, stats)
+        yield from self._heads(store, rule, seeds, graphs.current, stats)
 
     # -- explanations ---------------------------------------------------------------------
-    def explain(self, store: Store, graphs: Graphs, fact: Fact, *, depth: int = 4) -> list[dict[str, Any]]:
+    def explain(self, store: Store, graphs: Graphs, fact: Fact, *, depth: int = 4) -> list[Derivation]:
         """Which rules derive ``fact`` now, from which facts (inferred inputs explained in turn)."""
-        out = []
+        derivations = []
         for stratum in self.strata:
             for rule, head in stratum.heads:
                 seed = unify(head, fact)
                 if seed is None:
                     continue
-                query = f"SELECT * WHERE {{\n{sq.where_clause(rule, [seed])}\n}} LIMIT 1"
-                result = self._rows(store, query, graphs.new, None)
-                names = [v.value for v in result.variables]
+                query = f"SELECT * WHERE {{\n{sparql.where_clause(rule, [seed])}\n}} LIMIT 1"
+                result = self._rows(store, query, graphs.current, None)
+                variables = [var.value for var in result.variables]
                 for row in result:
-                    bindings = {**seed, **{n: row[n] for n in names if row[n] is not None}}
+                    bindings = {**seed, **{var: row[var] for var in variables if row[var] is not None}}
                     inputs = []
                     for atom, negative in body_atoms(rule):
                         if negative:
                             continue
-                        inp = instantiate(atom, bindings)
-                        if inp is None:
+                        read = instantiate(atom, bindings)
+                        if read is None:
                             continue
-                        asserted = self._in(store, inp, graphs.base)
-                        entry: dict[str, Any] = {"fact": inp, "asserted": asserted}
-                        if not asserted and depth > 0:
-                            entry["because"] = self.explain(store, graphs, inp, depth=depth - 1)
-                        inputs.append(entry)
-                    out.append({"rule": rule, "bindings": bindings, "inputs": inputs})
-        return out
+                        asserted = self._in(store, read, graphs.base)
+                        because = (
+                            tuple(self.explain(store, graphs, read, depth=depth - 1))
+                            if not asserted and depth > 0
+                            else ()
+                        )
+                        inputs.append(DerivationInput(read, asserted, because))
+                    derivations.append(Derivation(rule, bindings, tuple(inputs)))
+        return derivations

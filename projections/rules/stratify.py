@@ -18,23 +18,25 @@ class StratificationError(ValueError):
     """The program recurses through NOT or AGGREGATE; the message names the cycle."""
 
 
-def unifiable(a: Atom, b: Atom) -> bool:
+def unifiable(first: Atom, second: Atom) -> bool:
+    """Whether one fact could match both atoms: each position has a variable or the same constant."""
     return all(
-        isinstance(x, Var) or isinstance(y, Var) or x == y for x, y in zip(a.terms, b.terms, strict=True)
+        isinstance(one, Var) or isinstance(other, Var) or one == other
+        for one, other in zip(first.terms, second.terms, strict=True)
     )
 
 
 def body_atoms(rule: Rule) -> Iterator[tuple[Atom, bool]]:
     """(atom, negative) for every atom the body reads."""
-    for lit in rule.body:
-        match lit:
+    for literal in rule.body:
+        match literal:
             case Atom():
-                yield lit, False
+                yield literal, False
             case Negation():
-                for atom in lit.atoms:
+                for atom in literal.atoms:
                     yield atom, True
             case Aggregate():
-                for atom in lit.atoms:
+                for atom in literal.atoms:
                     yield atom, True
 
 
@@ -46,107 +48,113 @@ class Edge:
 
 
 def dependency_edges(rules: list[Rule]) -> list[Edge]:
-    edges: dict[tuple[int, int], bool] = {}
-    for i, rule in enumerate(rules):
+    negative_by_pair: dict[tuple[int, int], bool] = {}
+    for user, rule in enumerate(rules):
         for atom, negative in body_atoms(rule):
-            for j, other in enumerate(rules):
+            for producer, other in enumerate(rules):
                 if any(unifiable(head, atom) for head in other.heads):
-                    edges[(i, j)] = edges.get((i, j), False) or negative
-    return [Edge(i, j, neg) for (i, j), neg in edges.items()]
+                    pair = (user, producer)
+                    negative_by_pair[pair] = negative_by_pair.get(pair, False) or negative
+    return [Edge(user, producer, negative) for (user, producer), negative in negative_by_pair.items()]
 
 
-def _sccs(n: int, succ: dict[int, list[int]]) -> list[list[int]]:
+Successors = dict[int, list[int]]  # rule index -> the indices of the rules it depends on
+
+
+def _sccs(count: int, successors: Successors) -> list[list[int]]:
     """Tarjan's algorithm, iterative; components come out dependencies first."""
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     on_stack: set[int] = set()
     stack: list[int] = []
-    out: list[list[int]] = []
+    components: list[list[int]] = []
     counter = 0
-    for root in range(n):
+    for root in range(count):
         if root in index:
             continue
-        work = [(root, iter(succ.get(root, [])))]
+        work = [(root, iter(successors.get(root, [])))]
         index[root] = low[root] = counter
         counter += 1
         stack.append(root)
         on_stack.add(root)
         while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
+            node, unvisited = work[-1]
+            successor = next(unvisited, None)
+            if successor is not None:
+                if successor not in index:
+                    index[successor] = low[successor] = counter
                     counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(succ.get(nxt, []))))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(successors.get(successor, []))))
+                elif successor in on_stack:
+                    low[node] = min(low[node], index[successor])
                 continue
             work.pop()
             if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
             if low[node] == index[node]:
-                comp = []
+                component = []
                 while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == node:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
                         break
-                out.append(sorted(comp))
-    return out
+                components.append(sorted(component))
+    return components
 
 
-def _path(succ: dict[int, list[int]], start: int, goal: int, allowed: set[int]) -> list[int]:
-    prev: dict[int, int] = {}
+def _path(successors: Successors, start: int, goal: int, allowed: set[int]) -> list[int]:
+    """A shortest path from ``start`` to ``goal`` through ``allowed`` (breadth first)."""
+    previous: dict[int, int] = {}
     queue, seen = [start], {start}
     while queue:
         node = queue.pop(0)
         if node == goal:
             path = [node]
             while path[-1] != start:
-                path.append(prev[path[-1]])
+                path.append(previous[path[-1]])
             return path[::-1]
-        for nxt in succ.get(node, []):
-            if nxt in allowed and nxt not in seen:
-                seen.add(nxt)
-                prev[nxt] = node
-                queue.append(nxt)
+        for successor in successors.get(node, []):
+            if successor in allowed and successor not in seen:
+                seen.add(successor)
+                previous[successor] = node
+                queue.append(successor)
     return [start, goal]
 
 
 def describe(rule: Rule) -> str:
-    heads = ", ".join(f"[{h.s}, {_short(h.p)}, {_short(h.o)}]" for h in rule.heads)
+    heads = ", ".join(f"[{head.s}, {_short(head.p)}, {_short(head.o)}]" for head in rule.heads)
     return f"{rule.source} {heads}"
 
 
 def _short(term: object) -> str:
     text = str(term)
-    for sep in ("#", "/"):
-        if text.startswith("<") and sep in text:
-            return ":" + text.rstrip(">").rsplit(sep, 1)[-1]
+    for separator in ("#", "/"):
+        if text.startswith("<") and separator in text:
+            return ":" + text.rstrip(">").rsplit(separator, 1)[-1]
     return text
 
 
 def stratify(rules: list[Rule]) -> list[list[Rule]]:
     """Rules grouped in strata, lowest first; raises StratificationError on a negative cycle."""
     edges = dependency_edges(rules)
-    succ: dict[int, list[int]] = {}
-    for e in edges:
-        succ.setdefault(e.user, []).append(e.producer)
+    successors: Successors = {}
+    for edge in edges:
+        successors.setdefault(edge.user, []).append(edge.producer)
     strata = []
-    for comp in _sccs(len(rules), succ):
-        members = set(comp)
-        for e in edges:
-            if e.negative and e.user in members and e.producer in members:
+    for component in _sccs(len(rules), successors):
+        members = set(component)
+        for edge in edges:
+            if edge.negative and edge.user in members and edge.producer in members:
                 cycle = (
-                    [e.user, *_path(succ, e.producer, e.user, members)[:-1]]
-                    if e.user != e.producer
-                    else [e.user]
+                    [edge.user, *_path(successors, edge.producer, edge.user, members)[:-1]]
+                    if edge.user != edge.producer
+                    else [edge.user]
                 )
-                chain = " -> ".join(describe(rules[i]) for i in [*cycle, cycle[0]])
+                chain = " -> ".join(describe(rules[index]) for index in [*cycle, cycle[0]])
                 raise StratificationError(f"rules recurse through NOT/AGGREGATE: {chain}")
-        strata.append([rules[i] for i in comp])
+        strata.append([rules[index] for index in component])
     return strata

@@ -65,7 +65,7 @@ class Atom:
 @dataclass(frozen=True)
 class Negation:
     atoms: tuple[Atom, ...]
-    exists: frozenset[str] = frozenset()  # variables local to the negation
+    declared_local: frozenset[str] = frozenset()  # NOT EXISTS ?v… IN: local even if used outside
 
 
 @dataclass(frozen=True)
@@ -112,14 +112,14 @@ class Rule:
     def positive_vars(self) -> frozenset[str]:
         """Variables a body binds: positive atoms, BIND targets, aggregate groups and outputs."""
         bound: set[str] = set()
-        for lit in self.body:
-            match lit:
+        for literal in self.body:
+            match literal:
                 case Atom():
-                    bound |= lit.vars
+                    bound |= literal.vars
                 case Bind():
-                    bound.add(lit.var)
+                    bound.add(literal.var)
                 case Aggregate():
-                    bound |= set(lit.group) | {o.var for o in lit.outputs}
+                    bound |= set(literal.group) | {output.var for output in literal.outputs}
         return frozenset(bound)
 
 
@@ -212,16 +212,16 @@ class _Parser:
         sparql_style = self.peek_word("PREFIX")
         self.pos += len("PREFIX") if sparql_style else len("@prefix")
         self.skip()
-        m = re.compile(r"([A-Za-z][\w-]*)?:").match(self.text, self.pos)
-        if not m:
+        name = re.compile(r"([A-Za-z][\w-]*)?:").match(self.text, self.pos)
+        if not name:
             raise self.error("expected a prefix name such as ':' or 'ex:'")
-        self.pos = m.end()
+        self.pos = name.end()
         self.skip()
         iri = self.IRI.match(self.text, self.pos)
         if not iri:
             raise self.error("expected <iri> after the prefix name")
         self.pos = iri.end()
-        self.program.prefixes[m.group(1) or ""] = iri.group(1)
+        self.program.prefixes[name.group(1) or ""] = iri.group(1)
         if not sparql_style:
             self.expect(".")
 
@@ -257,18 +257,18 @@ class _Parser:
                 raise RuleSyntaxError(
                     f"{rule.source}: head variables {_names(missing)} are not bound by the body"
                 )
-        atom_vars = frozenset().union(*(lit.vars for lit in rule.body if isinstance(lit, Atom)))
-        targets = [lit.var for lit in rule.body if isinstance(lit, Bind)]
+        atom_vars = frozenset().union(*(literal.vars for literal in rule.body if isinstance(literal, Atom)))
+        targets = [literal.var for literal in rule.body if isinstance(literal, Bind)]
         for var in targets:
             if var in atom_vars or targets.count(var) > 1:
                 raise RuleSyntaxError(f"{rule.source}: BIND target ?{var} is already bound in the body")
-        for lit in rule.body:
-            if isinstance(lit, Filter | Bind) and (missing := lit.vars - bound):
+        for literal in rule.body:
+            if isinstance(literal, Filter | Bind) and (missing := literal.vars - bound):
                 raise RuleSyntaxError(
                     f"{rule.source}: {_names(missing)} used in an expression but never bound"
                 )
-        if any(isinstance(lit, Aggregate) for lit in rule.body) and any(
-            isinstance(lit, Atom | Negation) for lit in rule.body
+        if any(isinstance(literal, Aggregate) for literal in rule.body) and any(
+            isinstance(literal, Atom | Negation) for literal in rule.body
         ):
             raise RuleSyntaxError(
                 f"{rule.source}: a rule with AGGREGATE may only add FILTER and BIND beside it; "
@@ -282,11 +282,12 @@ class _Parser:
             return self.filter()
         if self.peek_word("BIND"):
             self.expect_word("BIND")
-            expr = self.parens()
-            m = re.fullmatch(r"\s*(.*?)\s+AS\s+\?([A-Za-z_][A-Za-z0-9_]*)\s*", expr, re.S)
-            if not m:
+            inner = self.parens()
+            parts = re.fullmatch(r"\s*(.*?)\s+AS\s+\?([A-Za-z_][A-Za-z0-9_]*)\s*", inner, re.S)
+            if not parts:
                 raise self.error("expected BIND(expression AS ?var)")
-            return Bind(m.group(1), m.group(2), expr_vars(m.group(1)))
+            expr, var = parts.groups()
+            return Bind(expr, var, expr_vars(expr))
         if self.peek_word("AGGREGATE"):
             return self.aggregate()
         return self.atom()
@@ -302,11 +303,11 @@ class _Parser:
             self.expect_word("EXISTS")
             local = []
             while self.peek("?"):
-                m = self.VAR.match(self.text, self.pos)
-                if not m:
+                var = self.VAR.match(self.text, self.pos)
+                if not var:
                     raise self.error("expected a variable")
-                local.append(m.group(1))
-                self.pos = m.end()
+                local.append(var.group(1))
+                self.pos = var.end()
                 if self.peek(","):
                     self.pos += 1
             self.expect_word("IN")
@@ -335,18 +336,18 @@ class _Parser:
         self.expect_word("ON")
         group = []
         while self.peek("?"):
-            m = self.VAR.match(self.text, self.pos)
-            assert m
-            group.append(m.group(1))
-            self.pos = m.end()
+            var = self.VAR.match(self.text, self.pos)
+            assert var
+            group.append(var.group(1))
+            self.pos = var.end()
         outputs = []
         while self.peek_word("BIND"):
             self.expect_word("BIND")
             self.skip()
-            m = re.compile(r"(COUNT|SUM|MIN|MAX)\s*\(").match(self.text, self.pos)
-            if not m:
+            func = re.compile(r"(COUNT|SUM|MIN|MAX)\s*\(").match(self.text, self.pos)
+            if not func:
                 raise self.error(f"expected one of {', '.join(AGGREGATES)}(…)")
-            self.pos = m.end() - 1
+            self.pos = func.end() - 1
             inner = self.parens()
             distinct = inner.strip().upper().startswith("DISTINCT ")
             if distinct:
@@ -357,11 +358,11 @@ class _Parser:
             if not var:
                 raise self.error("expected ?var after AS")
             self.pos = var.end()
-            outputs.append(AggregateOutput(m.group(1), inner.strip(), var.group(1), distinct))
+            outputs.append(AggregateOutput(func.group(1), inner.strip(), var.group(1), distinct))
         if not outputs:
             raise self.error("AGGREGATE needs at least one BIND FUNC(…) AS ?var")
         self.expect(")")
-        inner_vars = frozenset().union(*(a.vars for a in atoms))
+        inner_vars = frozenset().union(*(atom.vars for atom in atoms))
         if missing := set(group) - inner_vars:
             raise self.error(f"group variables {_names(missing)} do not occur in the aggregate's atoms")
         return Aggregate(tuple(atoms), tuple(filters), tuple(group), tuple(outputs))
@@ -369,23 +370,23 @@ class _Parser:
     def parens(self) -> str:
         """The raw text between balanced parentheses (strings may contain parentheses)."""
         self.expect("(")
-        depth, start, i = 1, self.pos, self.pos
-        while i < len(self.text):
-            ch = self.text[i]
-            if ch == '"':
-                m = self.STRING.match(self.text, i)
-                if not m:
+        depth, start, at = 1, self.pos, self.pos
+        while at < len(self.text):
+            char = self.text[at]
+            if char == '"':
+                quoted = self.STRING.match(self.text, at)
+                if not quoted:
                     break
-                i = m.end()
+                at = quoted.end()
                 continue
-            if ch == "(":
+            if char == "(":
                 depth += 1
-            elif ch == ")":
+            elif char == ")":
                 depth -= 1
                 if depth == 0:
-                    self.pos = i + 1
-                    return self.text[start:i]
-            i += 1
+                    self.pos = at + 1
+                    return self.text[start:at]
+            at += 1
         raise self.error("unbalanced parentheses")
 
     def atom(self) -> Atom:
@@ -419,10 +420,10 @@ class _Parser:
                 return Literal(value, language=lang.group(1))
             if text.startswith("^^", self.pos):
                 self.pos += 2
-                dt = self.term()
-                if not isinstance(dt, NamedNode):
+                datatype = self.term()
+                if not isinstance(datatype, NamedNode):
                     raise self.error("expected a datatype IRI after ^^")
-                return Literal(value, datatype=dt)
+                return Literal(value, datatype=datatype)
             return Literal(value)
         if m := self.NUMBER.match(text, pos):
             self.pos = m.end()
@@ -447,8 +448,8 @@ class _Parser:
         raise self.error("expected a term (?var, <iri>, prefix:name, literal or number)")
 
 
-def _unescape(s: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "r": "\r"}.get(m.group(1), m.group(1)), s)
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "r": "\r"}.get(m.group(1), m.group(1)), text)
 
 
 def _names(vars_: set[str] | frozenset[str]) -> str:

@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from projections.read import export_nquads
-from schemas.events import Actor, Event
+from schemas.events import Actor
 from streams import codec
 from streams.replay import replay_tenant
 from streams.topics import ensure_topics
-from tests.factories import event, remembered
+from tests.factories import event, remembered, unchecked_event
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,9 @@ def raw(
 ) -> bytes:
     """An event encoded with Avro only: the domain rules are not consulted, as a rogue producer."""
     when = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    return codec.encode(Event(event_id, tenant, when, Actor("etl", "pipeline"), "pipeline", etype, payload))
+    return codec.encode(
+        unchecked_event(event_id, tenant, when, Actor("etl", "pipeline"), "pipeline", etype, payload)
+    )
 
 
 def valid(etype: str, payload: dict[str, Any], *, tenant: str, event_id: str, **extra: Any) -> bytes:

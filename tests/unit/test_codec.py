@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from fastavro.schema import parse_schema
+from fastavro.schema import load_schema, parse_schema
 
-from schemas import vocabulary as v
 from schemas.events import Event
-from streams import codec
+from streams import codec, schema_history
 from tests.factories import EXAMPLES, event
 
 
-@pytest.mark.parametrize("event_type", v.EVENT_TYPES)
+def _branches(envelope: dict) -> dict[str, dict]:
+    """An Envelope's payload records by event type (short name)."""
+    (union,) = (f["type"] for f in envelope["fields"] if f["name"] == "payload")
+    return {b["name"].rsplit(".", 1)[-1]: b for b in union}
+
+
+# Every event type is a branch of the current Envelope's payload union.
+EVENT_TYPES = tuple(_branches(codec.envelope_schema()))
+
+
+@pytest.mark.parametrize("event_type", EVENT_TYPES)
 def test_every_event_type_round_trips(event_type: str) -> None:
     original = event(event_type, dict(EXAMPLES[event_type]))
     data = codec.encode(original)
@@ -23,9 +34,11 @@ def test_every_event_type_round_trips(event_type: str) -> None:
     assert decoded.event_id == original.event_id
     assert decoded.occurred_at == original.occurred_at
     assert decoded.actor == original.actor
-    for key, value in original.payload.items():
-        got = decoded.payload[key]
-        if isinstance(value, list) and value and isinstance(value[0], float):
+    # Compared as Avro records: the same whether a payload is a mapping or a payload class.
+    got_payload, want_payload = decoded.to_avro()["payload"][1], original.to_avro()["payload"][1]
+    for key, value in want_payload.items():
+        got = got_payload[key]
+        if isinstance(value, list | tuple) and value and isinstance(value[0], float):
             assert got == pytest.approx(value)  # embeddings are Avro floats (32-bit)
         else:
             assert got == value, key
@@ -82,8 +95,9 @@ def test_reader_with_newer_schema_reads_events_written_with_the_old_one() -> Non
     decoded = codec.decode(buf.getvalue(), extra_writers={codec.schema_fingerprint(old): old})
     assert isinstance(decoded, Event)
     assert decoded.type == "KpiObserved"
-    assert decoded.payload["value"] == 2.5
-    assert decoded.payload["period"] == "unspecified"  # the default the new field declares
+    payload = decoded.to_avro()["payload"][1]
+    assert payload["value"] == 2.5
+    assert payload["period"] == "unspecified"  # the default the new field declares
     assert decoded.correlation_id is None
 
 
@@ -104,3 +118,100 @@ def test_corrupt_body_is_refused() -> None:
     data = codec.encode(event("KpiObserved", dict(EXAMPLES["KpiObserved"])))
     with pytest.raises(codec.UndecodableEvent, match="corrupt"):
         codec.decode(data[:14])
+
+
+# Schema history: every Envelope version ever released stays readable (streams/schema_history.py).
+
+HISTORY_FIX = "run `engram schema-history` and commit schemas/avro/history/"
+
+
+def _history_files() -> list[Path]:
+    return sorted(codec.default_history_dir().glob("*.avsc"))
+
+
+def _assert_same_record(decoded: Event, original: Event, writer: dict) -> None:
+    """What ``writer`` carried of ``original`` came back (fields it lacks took the reader's defaults)."""
+    got, want = decoded.to_avro(), original.to_avro()
+    assert got["payload"][0] == want["payload"][0]
+    top = {f["name"] for f in writer["fields"]} - {"payload"}
+    inner = {f["name"] for f in _branches(writer)[decoded.type]["fields"]}
+    for fields, g, w in ((top, got, want), (inner, got["payload"][1], want["payload"][1])):
+        for key in fields & set(w):  # a field the writer added has no counterpart in the event
+            value = w[key]
+            if isinstance(value, list | tuple) and value and isinstance(value[0], float):
+                assert g[key] == pytest.approx(value), key  # embeddings are Avro floats (32-bit)
+            else:
+                assert g[key] == value, key  # incl. occurred_at: the writer's logicalType survived
+
+
+def test_the_current_envelope_is_in_the_schema_history() -> None:
+    current = codec.schema_fingerprint(codec.envelope_schema())
+    assert current in codec.history_schemas(), HISTORY_FIX
+    assert schema_history.missing() == [], HISTORY_FIX
+    # The current Envelope, not its history copy, reads current records: writer is reader, the fast path.
+    assert codec.writer_schemas()[current] is codec.envelope_schema()
+
+
+def test_every_history_file_is_named_by_its_fingerprint_and_parses() -> None:
+    files = _history_files()
+    assert files, HISTORY_FIX
+    for path in files:
+        schema = parse_schema(json.loads(path.read_text()))  # self-contained: no sibling files needed
+        assert path.name == f"{codec.schema_fingerprint(schema).hex()}.avsc"
+        assert schema["name"] == "engram.events.Envelope", path.name
+
+
+@pytest.mark.parametrize("path", _history_files(), ids=lambda p: p.stem)
+def test_records_from_every_historical_writer_decode_with_the_current_reader(path: Path) -> None:
+    writer = parse_schema(json.loads(path.read_text()))
+    written = [t for t in _branches(writer) if t in EVENT_TYPES]  # a type since removed cannot be read
+    assert written, path.name
+    for event_type in written:
+        original = event(event_type, dict(EXAMPLES[event_type]))
+        data = codec.encode(original, writer)
+        assert data[2:10].hex() == path.stem
+        _assert_same_record(codec.decode(data), original, writer)
+
+
+def test_an_evolved_envelope_is_readable_only_once_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Add an optional field to the Envelope: the new writer's records are unknown to a reader until
+    `record()` puts the new version in the history, and recording is idempotent."""
+    schemas, history = tmp_path / "avro", tmp_path / "avro" / "history"
+    schemas.mkdir()
+    for src in codec.avro_dir().glob("*.avsc"):
+        shutil.copy(src, schemas / src.name)
+    for src in _history_files():  # the history as released
+        history.mkdir(exist_ok=True)
+        shutil.copy(src, history / src.name)
+    raw = json.loads((schemas / schema_history.ENVELOPE).read_text())
+    raw["fields"].insert(-1, {"name": "trace_id", "type": ["null", "string"], "default": None})
+    (schemas / schema_history.ENVELOPE).write_text(json.dumps(raw))
+
+    evolved = load_schema(str(schemas / schema_history.ENVELOPE))
+    fp, text = schema_history.current_entry(schemas)
+    assert fp != codec.schema_fingerprint(codec.envelope_schema()).hex()
+    original = event("KpiObserved", dict(EXAMPLES["KpiObserved"]))
+    data = codec.encode(original, evolved)
+    assert data[2:10].hex() == fp
+
+    assert schema_history.missing(history, schemas) == [fp]
+    assert schema_history.main(["--check", "--schema-dir", str(schemas), "--history-dir", str(history)]) == 1
+    assert "run `engram schema-history` and commit schemas/avro/history/" in capsys.readouterr().err
+    with pytest.raises(codec.UndecodableEvent, match="unknown writer schema"):
+        codec.decode(data, extra_writers=codec.writer_schemas(history))
+
+    written = schema_history.record(history, schemas)
+    assert written == history / f"{fp}.avsc"
+    assert written.read_text() == text
+    assert schema_history.record(history, schemas) is None  # idempotent
+    assert schema_history.missing(history, schemas) == []
+    assert schema_history.main(["--check", "--schema-dir", str(schemas), "--history-dir", str(history)]) == 0
+    assert len(list(history.glob("*.avsc"))) == len(_history_files()) + 1
+
+    decoded = codec.decode(data, extra_writers=codec.writer_schemas(history))
+    _assert_same_record(decoded, original, evolved)
+    # The package's own history is untouched and cached as before.
+    assert codec.writer_schemas() is codec.writer_schemas()
+    assert bytes.fromhex(fp) not in codec.writer_schemas()

@@ -13,7 +13,7 @@ def test_defaults_are_minted_deterministically() -> None:
     obj = envelope("MemoryRemembered", {k: v for k, v in remembered().items() if k != "memory_id"})
     a, b = event_from_json(dict(obj)), event_from_json(dict(obj))
     assert a.event_id == b.event_id
-    assert a.payload["memory_id"] == mint_memory_id(a.event_id)
+    assert a.payload.memory_id == mint_memory_id(a.event_id)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from projections.graph import Status, TenantGraph
 from projections.read import export_nquads, get_memory, list_memory_ids
+from projections.tenant_graph import Status, TenantGraph
 from schemas.events import Position
 from tests.factories import EXAMPLES, event, remembered
 

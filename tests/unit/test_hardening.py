@@ -18,15 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyoxigraph import NamedNode, Quad, Store
 
-from projections.graph import ASSERTED, CLOCK, INFERRED, Status, TenantGraph, e, time_literal
-from projections.graph import value_literal as literal_of
 from projections.read import get_memory
 from projections.stores import TenantStores
+from projections.tenant_graph import Status, TenantGraph
+from projections.terms import ASSERTED, CLOCK, INFERRED, e, time_literal
+from projections.terms import value_literal as literal_of
 from schemas.events import Actor, Event, InvalidEvent, Position, event_from_json
 from streams import codec, projector
 from streams.ingest import parse_lines
 from streams.producer import MAX_EVENT_BYTES
-from tests.factories import envelope, event, remembered
+from tests.factories import envelope, event, remembered, unchecked_event
 
 NOBODY = {"user_id": None, "team_ids": []}
 ID = "00000000-0000-4000-8000-{:012x}".format
@@ -184,7 +185,7 @@ def test_a_taken_memory_id_is_a_conflict(log: Log) -> None:
 def test_event_ids_are_canonical() -> None:
     upper = event("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, event_id=ID(10).upper())
     assert upper.event_id == ID(10)
-    raw = Event(
+    raw = unchecked_event(
         ID(10).upper(),
         "acme",
         datetime.now(UTC),
@@ -253,7 +254,7 @@ def test_a_refused_record_never_creates_a_tenant(
 def hostile(**payload: Any) -> Event:
     """A KPI event whose payload skips the domain checks (as raw bytes on Kafka would)."""
     base = {"metric": "roas", "value": 1.0, "period": "p"}
-    return Event(
+    return unchecked_event(
         ID(99),
         "acme",
         datetime(2026, 1, 1, tzinfo=UTC),
@@ -271,7 +272,7 @@ def hostile(**payload: Any) -> Event:
         (hostile(value=math.nan), "finite"),
         (hostile(value=math.inf), "finite"),
         (
-            Event(
+            unchecked_event(
                 ID(98),
                 "acme",
                 datetime(2026, 1, 1, tzinfo=UTC),
@@ -283,7 +284,7 @@ def hostile(**payload: Any) -> Event:
             "memory_id must match",
         ),
         (
-            Event(
+            unchecked_event(
                 ID(97),
                 "acme",
                 datetime(2026, 1, 1, tzinfo=UTC),
@@ -295,7 +296,7 @@ def hostile(**payload: Any) -> Event:
             "property name",
         ),
         (
-            Event(
+            unchecked_event(
                 ID(96),
                 "acme",
                 datetime(2026, 1, 1, tzinfo=UTC),

@@ -15,9 +15,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.graph import Status
 from projections.indexes import TenantIndexes
 from projections.stores import TenantStores
+from projections.tenant_graph import Status
 from schemas.events import Position
 from streams.embedder import embedding_text, load_embedder
 from streams.ingest import embed_missing

@@ -12,9 +12,10 @@ import jsonschema_rs
 import pytest
 
 from api.models import MemoryCreate
-from projections.graph import NoFacts, checked_plan
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
 from projections.memory_tool import memory_tool
+from projections.plan import no_facts
+from projections.validation import checked_plan
 from schemas import vocabulary as v
 from schemas.events import InvalidEvent, Position
 from tests.factories import event
@@ -82,8 +83,8 @@ def test_top_level_fields_are_memory_create_body_names() -> None:
 
 
 def test_kinds_and_scopes_are_the_vocabulary() -> None:
-    assert SCHEMA["properties"]["kind"]["enum"] == list(v.KINDS)
-    assert SCHEMA["properties"]["scope"]["enum"] == list(v.SCOPES)
+    assert SCHEMA["properties"]["kind"]["enum"] == [k.value for k in v.Kind]
+    assert SCHEMA["properties"]["scope"]["enum"] == [s.value for s in v.Scope]
 
 
 def test_importance_names_the_tiers() -> None:
@@ -152,7 +153,7 @@ def remember(body: dict[str, Any]) -> None:
     actor = {"id": "bot", "role": "agent"}
     request = MemoryCreate.model_validate({**body, "source": "agent", "actor": actor})
     payload = {**request.payload(), "memory_id": "m1"}
-    checked_plan(KNOWLEDGE, event("MemoryRemembered", payload), Position(0, 0), NoFacts())
+    checked_plan(KNOWLEDGE, event("MemoryRemembered", payload), Position(0, 0), no_facts())
 
 
 def test_the_tool_and_the_api_agree() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from projections.graph import Status, TenantGraph
 from projections.stores import TenantStores
+from projections.tenant_graph import Status, TenantGraph
 from schemas.events import Position
 from streams import codec, projector
 from tests.factories import event, remembered

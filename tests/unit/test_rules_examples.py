@@ -10,9 +10,10 @@ import pytest
 from pyoxigraph import Literal, NamedNode, Triple
 
 from projections.explain import derived_for_memory
-from projections.graph import Status, TenantGraph, memory_iri
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, Knowledge, load_knowledge
 from projections.read import get_memory, list_memory_ids
+from projections.tenant_graph import Status, TenantGraph
+from projections.terms import memory_iri
 from schemas import vocabulary as v
 from schemas.events import Position
 from tests.factories import event, remembered

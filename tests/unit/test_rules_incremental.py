@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyoxigraph import NamedNode
 
-from projections.graph import ASSERTED, ONTOLOGY, REMOVED, TenantGraph
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
 from projections.rules.engine import Graphs
+from projections.tenant_graph import TenantGraph
+from projections.terms import ASSERTED, ONTOLOGY, REMOVED
 from schemas.events import Position
 from tests.factories import event
 

@@ -1,0 +1,319 @@
+"""Every write: validate, decide as the projection would, append to the log, optionally wait.
+
+One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``forget``,
+``observe_kpi``, ``observe_spend``, ``tick_clock``, ``change_stakeholder``), all through
+``submit``. The answers: ``Accepted`` (``applied`` once the projection has it), or a ``Refused``:
+409 for a memory id that is taken or an event id reused for different content (or an event the
+projection rejected while the caller waited), 413 for an event the log cannot hold, 422 for an
+invalid event, 503 if the log is unreachable, 504 if ``wait`` times out. A retry of a write that
+was applied (same event id, same content) is answered as the original, not produced again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from aiokafka.errors import KafkaError
+
+from projections.plan import no_facts
+from projections.progress import Progress
+from projections.stores import TenantStores
+from projections.tenant_graph import AlreadyApplied, Status, TenantGraph
+from projections.terms import e, memory_iri
+from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from schemas.checks import Conflict, InvalidEvent
+from schemas.events import Actor, Event, Position
+from streams import codec
+from streams.embedder import Embedder
+from streams.ingest import prepare
+from streams.producer import EventProducer, EventTooLarge, encode_checked
+from streams.projector import INDEXED_EVENTS
+
+log = logging.getLogger(__name__)
+
+Loc = tuple[str | int, ...]
+
+
+class Refused(Exception):
+    """A command that was not carried out; ``status`` is the HTTP status that names why, ``loc``
+    the input at fault (None: the request as a whole)."""
+
+    status: ClassVar[int] = 422
+
+    def __init__(self, reason: str, loc: Loc | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.loc = loc
+
+
+class Invalid(Refused):
+    status = 422
+
+
+class Conflicting(Refused):
+    status = 409
+
+
+class TooLarge(Refused):
+    status = 413
+
+
+class LogUnavailable(Refused):
+    status = 503
+
+
+class NotInTime(Refused):
+    status = 504
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who writes, from where, and with which idempotency key: every write is attributable."""
+
+    source: str
+    actor: Actor
+    event_id: uuid.UUID | str | None = None
+    occurred_at: datetime | str | None = None
+    purpose: str | None = None
+    correlation_id: str | None = None
+
+    def envelope(self, event_type: str, tenant: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        optional = {
+            "occurred_at": self.occurred_at,
+            "purpose": self.purpose,
+            "correlation_id": self.correlation_id,
+        }
+        return {
+            "type": event_type,
+            "tenant": tenant,
+            "source": self.source,
+            "actor": {"id": self.actor.id, "role": self.actor.role},
+            "payload": dict(payload),
+            "event_id": str(self.event_id or uuid.uuid4()),
+            **{k: value for k, value in optional.items() if value is not None},
+        }
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """Where the log recorded a write; ``applied`` once the projection has it (``wait``)."""
+
+    event_id: str
+    memory_id: str | None
+    partition: int
+    offset: int
+    applied: bool
+
+
+class RecentWrites:
+    """Where this process last appended an event for each tenant, for read-your-writes."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self.keep = keep
+        self._last: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def note(self, tenant: str, partition: int, offset: int) -> None:
+        self._last[tenant] = (partition, offset)
+        self._last.move_to_end(tenant)
+        while len(self._last) > self.keep:
+            self._last.popitem(last=False)
+
+    def get(self, tenant: str) -> tuple[int, int] | None:
+        return self._last.get(tenant)
+
+
+@dataclass
+class Commands:
+    stores: TenantStores
+    producer: EventProducer
+    progress: Progress  # records applied to the graph
+    indexed: Progress  # records whose memories are also searchable
+    embedder: Embedder | None  # embeds a new memory that carries no vector
+    wait_timeout_s: float
+    recent: RecentWrites = field(default_factory=RecentWrites)
+
+    # -- memories --------------------------------------------------------------------------
+    async def remember(
+        self, tenant: str, memory: Mapping[str, Any], by: Attribution, *, wait: bool = False
+    ) -> Accepted:
+        """A new memory (``memory`` holds MemoryRemembered's fields; ``memory_id`` is minted if absent)."""
+        if memory.get("replaces") is not None:
+            graph = await self.current(tenant)
+            if graph is None or not graph.objects(memory_iri(memory["replaces"]), e("memoryId")):
+                raise Invalid(f"replaces: unknown memory {memory['replaces']}", ("body", "replaces"))
+        return await self.submit(tenant, "MemoryRemembered", memory, by, wait=wait)
+
+    async def revise(
+        self,
+        tenant: str,
+        memory_id: str,
+        by: Attribution,
+        *,
+        changes: Mapping[str, Any] | None = None,
+        property_changes: Mapping[str, Any] | None = None,
+        wait: bool = False,
+    ) -> Accepted:
+        payload = {
+            "memory_id": memory_id,
+            "changes": changes or {},
+            "property_changes": property_changes or {},
+        }
+        return await self.submit(tenant, "MemoryRevised", payload, by, wait=wait)
+
+    async def supersede(
+        self, tenant: str, memory_id: str, superseded_by: str, by: Attribution, *, wait: bool = False
+    ) -> Accepted:
+        payload = {"memory_id": memory_id, "superseded_by": superseded_by}
+        return await self.submit(tenant, "MemorySuperseded", payload, by, wait=wait)
+
+    async def restore(self, tenant: str, memory_id: str, by: Attribution, *, wait: bool = False) -> Accepted:
+        return await self.submit(tenant, "MemoryRestored", {"memory_id": memory_id}, by, wait=wait)
+
+    async def forget(
+        self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False
+    ) -> Accepted:
+        payload = {"memory_id": memory_id, "reason": reason}
+        return await self.submit(tenant, "MemoryForgotten", payload, by, wait=wait)
+
+    # -- live business data ----------------------------------------------------------------
+    async def observe_kpi(
+        self, tenant: str, metric: str, value: float, period: str, by: Attribution, *, wait: bool = False
+    ) -> Accepted:
+        payload = {"metric": metric, "value": value, "period": period}
+        return await self.submit(tenant, "KpiObserved", payload, by, wait=wait)
+
+    async def observe_spend(
+        self,
+        tenant: str,
+        platform: str,
+        amount: float,
+        currency: str,
+        period: str,
+        by: Attribution,
+        *,
+        wait: bool = False,
+    ) -> Accepted:
+        payload = {"platform": platform, "amount": amount, "currency": currency, "period": period}
+        return await self.submit(tenant, "SpendObserved", payload, by, wait=wait)
+
+    async def tick_clock(
+        self, tenant: str, now: datetime | str, by: Attribution, *, wait: bool = False
+    ) -> Accepted:
+        return await self.submit(tenant, "ClockTicked", {"now": now}, by, wait=wait)
+
+    async def change_stakeholder(
+        self,
+        tenant: str,
+        user_id: str,
+        role: str,
+        by: Attribution,
+        *,
+        team_ids: Sequence[str] = (),
+        wait: bool = False,
+    ) -> Accepted:
+        payload = {"user_id": user_id, "team_ids": list(team_ids), "role": role}
+        return await self.submit(tenant, "StakeholderChanged", payload, by, wait=wait)
+
+    # -- the one path ----------------------------------------------------------------------
+    async def current(self, tenant: str) -> TenantGraph | None:
+        """The tenant's graph once it has what this process last appended for it (read-your-writes),
+        or None for a tenant with no events yet."""
+        pos = self.recent.get(tenant)
+        if pos is not None and self.progress.last_offset.get(pos[0], -1) < pos[1]:
+            await self.progress.wait_for(pos[0], pos[1], self.wait_timeout_s)
+        return self.stores.get(tenant)
+
+    async def searchable(self, tenant: str) -> TenantGraph | None:
+        """``current``, and also searchable: the indexes commit a moment after the graph."""
+        graph = await self.current(tenant)
+        pos = self.recent.get(tenant)
+        if pos is not None and self.indexed.last_offset.get(pos[0], -1) < pos[1]:
+            await self.indexed.wait_for(pos[0], pos[1], self.wait_timeout_s)
+        return graph
+
+    async def submit(
+        self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
+    ) -> Accepted:
+        event = self.validated(by.envelope(event_type, tenant, payload))
+        graph = await self.current(tenant)
+        try:
+            precheck(self.stores, event, graph)
+        except AlreadyApplied:
+            assert graph is not None
+            return _answer_retry(event, graph)
+        except Conflict as exc:
+            raise Conflicting(str(exc)) from exc
+        except PLAN_ERRORS as exc:
+            raise Invalid(rejection_reason(exc)) from exc
+        try:
+            pos = await self.producer.send(event)
+        except InvalidEvent as exc:  # checked above; kept so a refusal can never become a 5xx
+            raise Invalid(str(exc)) from exc
+        except KafkaError as exc:
+            log.error("append failed: %s", exc)
+            raise LogUnavailable(f"the event log is unavailable: {exc}") from exc
+        self.recent.note(tenant, pos.partition, pos.offset)
+        accepted = Accepted(event.event_id, _memory_id(event), pos.partition, pos.offset, applied=False)
+        if not wait:
+            return accepted
+        await self._wait(event, pos)
+        return Accepted(event.event_id, accepted.memory_id, pos.partition, pos.offset, applied=True)
+
+    def validated(self, envelope: dict[str, Any]) -> Event:
+        """The event as the projector will see it: checked, embedded, decoded from its own bytes
+        (so Avro defaults are filled in and a float is what a float32 holds)."""
+        good, bad = prepare([(0, envelope)], self.embedder)
+        if bad:
+            exc = bad[0][1]
+            raise (TooLarge if isinstance(exc, EventTooLarge) else Invalid)(str(exc)) from exc
+        try:
+            return codec.decode(encode_checked(good[0][1]))
+        except (InvalidEvent, codec.UndecodableEvent) as exc:
+            raise Invalid(str(exc)) from exc
+
+    async def _wait(self, event: Event, pos: Position) -> None:
+        timeout = self.wait_timeout_s
+        handled = await self.progress.wait_for(pos.partition, pos.offset, timeout)
+        if handled is None:
+            raise NotInTime(f"accepted at {pos.partition}:{pos.offset} but not applied within {timeout}s")
+        if handled.outcome.status is Status.REJECTED:
+            raise Conflicting(f"rejected by the projection: {handled.outcome.reason}")
+        if (
+            isinstance(event.payload, INDEXED_EVENTS)
+            and await self.indexed.wait_for(pos.partition, pos.offset, timeout) is None
+        ):
+            raise NotInTime(f"applied at {pos.partition}:{pos.offset} but not searchable within {timeout}s")
+
+
+def precheck(stores: TenantStores, event: Event, graph: TenantGraph | None) -> None:
+    """What the projection would decide for ``event`` now, before it is appended to the log.
+
+    Raises :class:`AlreadyApplied` for a retry of an applied event, :class:`Conflict` for a taken
+    memory id or a reused event id, and another of ``PLAN_ERRORS`` for an event it would reject.
+    """
+    if graph is None:
+        checked_plan(stores.knowledge, event, Position(0, 0), no_facts())
+    else:
+        graph.prepare(event, Position(0, 0))
+
+
+def _memory_id(event: Event) -> str | None:
+    return getattr(event.payload, "memory_id", None)
+
+
+def _answer_retry(event: Event, graph: TenantGraph) -> Accepted:
+    """The answer the original write got: where the log holds it, applied."""
+    pos = graph.applied_position(event.event_id)
+    return Accepted(
+        event.event_id,
+        _memory_id(event),
+        pos.partition if pos else -1,
+        pos.offset if pos else -1,
+        applied=True,
+    )

@@ -1,0 +1,295 @@
+"""The projection proper: what an event changes in a tenant's asserted facts.
+
+``plan(event, position, state)`` is a pure function of the event, its log position and the
+current facts; it returns the quads to remove and to add (a ``Delta``) or raises
+``InvalidEvent`` when the event cannot apply to those facts. Each event type has one planner,
+registered with ``@planner``; the RDF shape of a memory is defined here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from pyoxigraph import Literal, NamedNode, Quad
+
+from projections.terms import (
+    ASSERTED,
+    CLOCK,
+    COMPANY,
+    RDF_TYPE,
+    REDACTED,
+    VECTORS,
+    Term,
+    e,
+    kpi_iri,
+    memory_iri,
+    spend_iri,
+    time_literal,
+    user_iri,
+    value_literal,
+    vector_literal,
+)
+from schemas import payloads as ev
+from schemas import vocabulary as v
+from schemas.checks import Conflict, InvalidEvent, parse_time
+from schemas.events import Event, Position
+
+
+class GraphState(Protocol):
+    """What a projection may read of the current asserted facts (and a memory's vectors)."""
+
+    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]: ...
+
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]: ...
+
+    def vectors(self, subject: NamedNode) -> list[Term]: ...
+
+
+@dataclass(frozen=True)
+class Delta:
+    removes: tuple[Quad, ...] = ()
+    adds: tuple[Quad, ...] = ()
+
+
+class FactSet:
+    """Asserted facts and vectors held in memory: the state before a tenant's first event (what a
+    write is checked against at the edge), and the reference the store's state is tested against."""
+
+    def __init__(self, quads: Iterable[Quad] = ()) -> None:
+        self._quads: dict[Quad, None] = dict.fromkeys(quads)
+
+    def apply(self, delta: Delta) -> None:
+        for q in delta.removes:
+            self._quads.pop(q, None)
+        self._quads.update(dict.fromkeys(delta.adds))
+
+    def _match(self, subject: NamedNode, predicate: NamedNode | None, graph: NamedNode) -> list[Quad]:
+        return [
+            q
+            for q in self._quads
+            if q.subject == subject and q.graph_name == graph and predicate in (None, q.predicate)
+        ]
+
+    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
+        return [q.object for q in self._match(subject, predicate, ASSERTED)]  # type: ignore[misc]
+
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
+        return [(q.predicate, q.object) for q in self._match(subject, None, ASSERTED)]  # type: ignore[misc]
+
+    def vectors(self, subject: NamedNode) -> list[Term]:
+        return [q.object for q in self._match(subject, e("embedding"), VECTORS)]  # type: ignore[misc]
+
+
+def no_facts() -> FactSet:
+    """The state of a tenant that has no events yet."""
+    return FactSet()
+
+
+class Builder:
+    """Collects a delta; replacing a value removes whatever the subject had for the predicate."""
+
+    def __init__(self, state: GraphState, event: Event, position: Position) -> None:
+        self.state = state
+        self.event = event
+        self.recorded = datetime.fromtimestamp(position.timestamp_ms / 1000, UTC)  # system time
+        self.removes: list[Quad] = []
+        self.adds: list[Quad] = []
+
+    def add(self, s: NamedNode, p: NamedNode, o: Term, graph: NamedNode = ASSERTED) -> None:
+        self.adds.append(Quad(s, p, o, graph))
+
+    def clear(self, s: NamedNode, p: NamedNode) -> None:
+        self.removes.extend(Quad(s, p, o, ASSERTED) for o in self.state.objects(s, p))
+
+    def replace(self, s: NamedNode, p: NamedNode, o: Term | None) -> None:
+        self.clear(s, p)
+        if o is not None:
+            self.add(s, p, o)
+
+    def existing(self, memory_id: str) -> NamedNode:
+        m = memory_iri(memory_id)
+        if not self.state.objects(m, e("memoryId")):
+            raise InvalidEvent(f"unknown memory {memory_id}")
+        return m
+
+    def touch(self, m: NamedNode) -> None:
+        """Lineage: every event that changed a memory stays linked to it."""
+        self.add(m, e("changedBy"), Literal(self.event.event_id))
+        self.replace(m, e("updatedAt"), time_literal(self.recorded))
+
+    def delta(self) -> Delta:
+        adds = set(self.adds)
+        removes = [q for q in dict.fromkeys(self.removes) if q not in adds]
+        return Delta(tuple(removes), tuple(dict.fromkeys(self.adds)))
+
+
+P = TypeVar("P", bound=ev.Payload)
+Planner = Callable[[Builder, Any], None]
+PLANNERS: dict[type[ev.Payload], Planner] = {}
+
+
+def planner(payload_type: type[P]) -> Callable[[Callable[[Builder, P], None]], Callable[[Builder, P], None]]:
+    """Register the function that projects one event type."""
+
+    def register(fn: Callable[[Builder, P], None]) -> Callable[[Builder, P], None]:
+        PLANNERS[payload_type] = fn
+        return fn
+
+    return register
+
+
+def plan(event: Event, position: Position, state: GraphState) -> Delta:
+    """The asserted facts an event changes; raises InvalidEvent if it cannot apply to ``state``."""
+    b = Builder(state, event, position)
+    PLANNERS[type(event.payload)](b, event.payload)
+    return b.delta()
+
+
+# The shared fields of a memory that a revision may change, and their predicates.
+FIELD_PREDICATES: Mapping[str, NamedNode] = {
+    "label": e("label"),
+    "content": e("content"),
+    "kind": e("kind"),
+    "importance": e("importance"),
+    "confidence": e("confidence"),
+    "expires_at": e("expiresAt"),
+}
+
+
+def _field_literal(name: str, value: Any) -> Literal | None:
+    if value is None:
+        return None
+    if name == "expires_at":
+        return time_literal(parse_time(value, "expires_at"))
+    if name == "confidence":
+        return value_literal(float(value))
+    return value_literal(value)
+
+
+@planner(ev.MemoryRemembered)
+def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
+    m = memory_iri(p.memory_id)
+    if b.state.objects(m, e("rememberedBy")):
+        raise Conflict(f"memory {p.memory_id} already exists; revise it instead")
+    event = b.event
+    cls = NamedNode(v.class_iri(p.memory_class or "Memory"))
+    b.add(m, RDF_TYPE, cls)
+    b.add(m, e("memoryClass"), cls)
+    b.add(m, e("memoryId"), Literal(p.memory_id))
+    b.add(m, e("rememberedBy"), Literal(event.event_id))
+    b.add(m, e("label"), Literal(p.label))
+    b.add(m, e("content"), Literal(p.content))
+    b.add(m, e("kind"), Literal(p.kind.value))
+    b.add(m, e("scope"), Literal(p.scope.value))
+    if p.stakeholders.user_id:
+        b.add(m, e("stakeholderUser"), Literal(p.stakeholders.user_id))
+    for team in p.stakeholders.team_ids:
+        b.add(m, e("stakeholderTeam"), Literal(team))
+    b.add(m, e("importance"), Literal(int(p.importance)))
+    b.add(m, e("confidence"), value_literal(float(p.confidence)))
+    if p.expires_at is not None:
+        b.add(m, e("expiresAt"), time_literal(p.expires_at))
+    for name, value in p.properties.items():
+        if value is not None:
+            b.add(m, e(name), value_literal(value))
+    if p.embedding_model:
+        b.add(m, e("embeddingModel"), Literal(p.embedding_model))
+    if p.embedding:
+        b.add(m, e("embedding"), vector_literal(p.embedding), VECTORS)
+    b.add(m, e("source"), Literal(event.source))
+    b.add(m, e("actor"), Literal(event.actor.id))
+    b.add(m, e("actorRole"), Literal(event.actor.role))
+    b.add(m, e("validFrom"), time_literal(event.occurred_at))
+    b.add(m, e("recordedAt"), time_literal(b.recorded))
+    b.add(m, e("updatedAt"), time_literal(b.recorded))
+    b.add(m, e("changedBy"), Literal(event.event_id))
+    if p.replaces:
+        b.replace(b.existing(p.replaces), e("supersededBy"), m)
+
+
+@planner(ev.MemoryRevised)
+def _revised(b: Builder, p: ev.MemoryRevised) -> None:
+    m = b.existing(p.memory_id)
+    for name, value in p.changes.items():
+        b.replace(m, FIELD_PREDICATES[name], _field_literal(name, value))
+    for name, value in p.property_changes.items():
+        b.replace(m, e(name), None if value is None else value_literal(value))
+    b.touch(m)
+
+
+@planner(ev.MemorySuperseded)
+def _superseded(b: Builder, p: ev.MemorySuperseded) -> None:
+    old, new = b.existing(p.memory_id), b.existing(p.superseded_by)
+    b.replace(old, e("supersededBy"), new)
+    b.touch(old)
+
+
+@planner(ev.MemoryRestored)
+def _restored(b: Builder, p: ev.MemoryRestored) -> None:
+    m = b.existing(p.memory_id)
+    if not b.state.objects(m, e("supersededBy")):
+        raise InvalidEvent(f"memory {p.memory_id} is not superseded; nothing to restore")
+    b.clear(m, e("supersededBy"))
+    b.touch(m)
+
+
+@planner(ev.MemoryForgotten)
+def _forgotten(b: Builder, p: ev.MemoryForgotten) -> None:
+    m = b.existing(p.memory_id)
+    b.replace(m, e("content"), Literal(REDACTED))
+    b.removes.extend(Quad(m, e("embedding"), o, VECTORS) for o in b.state.vectors(m))
+    b.replace(m, e("forgotten"), Literal(True))
+    b.replace(m, e("forgottenAt"), time_literal(b.event.occurred_at))
+    if p.reason:
+        b.replace(m, e("forgottenReason"), Literal(p.reason))
+    b.touch(m)
+
+
+@planner(ev.KpiObserved)
+def _kpi(b: Builder, p: ev.KpiObserved) -> None:
+    k = kpi_iri(p.metric)
+    b.add(COMPANY, RDF_TYPE, e("Company"))
+    b.add(COMPANY, e("hasKpi"), k)
+    b.add(k, RDF_TYPE, e("Kpi"))
+    b.add(k, e("metric"), Literal(p.metric))
+    b.replace(k, e("value"), value_literal(float(p.value)))
+    b.replace(k, e("period"), Literal(p.period))
+    b.replace(k, e("observedAt"), time_literal(b.event.occurred_at))
+
+
+@planner(ev.SpendObserved)
+def _spend(b: Builder, p: ev.SpendObserved) -> None:
+    s = spend_iri(p.platform)
+    b.add(COMPANY, RDF_TYPE, e("Company"))
+    b.add(COMPANY, e("hasSpend"), s)
+    b.add(s, RDF_TYPE, e("Spend"))
+    b.add(s, e("platform"), Literal(p.platform))
+    b.replace(s, e("amount"), value_literal(float(p.amount)))
+    b.replace(s, e("currency"), Literal(p.currency))
+    b.replace(s, e("period"), Literal(p.period))
+    b.replace(s, e("observedAt"), time_literal(b.event.occurred_at))
+
+
+@planner(ev.ClockTicked)
+def _clock(b: Builder, p: ev.ClockTicked) -> None:
+    b.add(CLOCK, RDF_TYPE, e("Clock"))
+    b.replace(CLOCK, e("now"), time_literal(p.now))
+
+
+@planner(ev.StakeholderChanged)
+def _stakeholder(b: Builder, p: ev.StakeholderChanged) -> None:
+    u = user_iri(p.user_id)
+    b.add(u, RDF_TYPE, e("User"))
+    b.add(u, e("userId"), Literal(p.user_id))
+    b.clear(u, e("team"))
+    for team in p.team_ids:
+        b.add(u, e("team"), Literal(team))
+    b.replace(u, e("role"), Literal(p.role))
+
+
+_unplanned = [name for name, cls in ev.PAYLOADS.items() if cls not in PLANNERS]
+if _unplanned:  # fail at import: an event type the projection cannot apply is a build error
+    raise ImportError(f"no @planner for {', '.join(_unplanned)} in projections/plan.py")

@@ -1,0 +1,263 @@
+"""One tenant's on-disk store: asserted facts, ontology, inferred facts and the checkpoint.
+
+``TenantGraph.apply`` commits an event's delta (from ``projections.plan``) *and* the new
+checkpoint in one SPARQL update (one oxigraph transaction), so a crash leaves either both or
+neither, and an event at or below the checkpoint is skipped: redelivery is harmless. An event id
+applied before is skipped too (same content) or rejected (different content).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
+
+from projections.knowledge import Knowledge, load_knowledge
+from projections.plan import Delta
+from projections.rules.engine import Derivation
+from projections.terms import (
+    ASSERTED,
+    GRAPHS,
+    INFERRED,
+    META,
+    ONTOLOGY,
+    PROJECTION,
+    REMOVED,
+    VECTORS,
+    Term,
+    e,
+    event_iri,
+)
+from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from schemas import vocabulary as v
+from schemas.checks import Conflict
+from schemas.events import Event, Position, content_digest
+
+log = logging.getLogger(__name__)
+
+
+class Status(enum.Enum):
+    APPLIED = "applied"
+    SKIPPED = "skipped"  # at or below the checkpoint: already applied
+    REJECTED = "rejected"  # invalid against the current facts: dead-lettered, position moves
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    reason: str | None = None
+
+
+def _nt(quads: Iterable[Quad]) -> str:
+    """SPARQL DATA blocks from terms serialised by pyoxigraph (escaped; never raw strings)."""
+    by_graph: dict[str, list[str]] = {}
+    for q in quads:
+        by_graph.setdefault(str(q.graph_name), []).append(f"{q.subject} {q.predicate} {q.object} .")
+    return " ".join(f"GRAPH {g} {{ {' '.join(ts)} }}" for g, ts in by_graph.items())
+
+
+class AlreadyApplied(Exception):
+    """The same event id with the same content: nothing to do."""
+
+
+class TenantGraph:
+    """One tenant's on-disk store: asserted facts, ontology, inferred facts, checkpoint.
+
+    Asserted facts and the checkpoint move together in one transaction. The rules then bring
+    the inferred graph up to date and record the offset they reached; a store opened with the
+    two out of step (a crash between them) or with a changed ontology or rule set is
+    re-materialised from its asserted facts before it is used.
+    """
+
+    def __init__(self, path: Path, knowledge: Knowledge | None = None) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.knowledge = knowledge or load_knowledge()
+        self.store = Store(str(path))
+        self._ensure_inferred()
+
+    # -- state ------------------------------------------------------------------------------
+    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
+        return [q.object for q in self.store.quads_for_pattern(subject, predicate, None, ASSERTED)]  # type: ignore[misc]
+
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
+        return [(q.predicate, q.object) for q in self.store.quads_for_pattern(subject, None, None, ASSERTED)]  # type: ignore[misc]
+
+    def vectors(self, subject: NamedNode) -> list[Term]:
+        return [q.object for q in self.store.quads_for_pattern(subject, e("embedding"), None, VECTORS)]  # type: ignore[misc]
+
+    def _meta(self, name: str) -> Term | None:
+        found = list(self.store.quads_for_pattern(PROJECTION, e(name), None, META))
+        return found[0].object if found else None  # type: ignore[return-value]
+
+    def _set_meta(self, name: str, value: Term | None) -> None:
+        for q in list(self.store.quads_for_pattern(PROJECTION, e(name), None, META)):
+            self.store.remove(q)
+        if value is not None:
+            self.store.add(Quad(PROJECTION, e(name), value, META))
+
+    def checkpoint(self) -> Position | None:
+        part, off = self._meta("partition"), self._meta("offset")
+        if part is None or off is None:
+            return None
+        return Position(int(part.value), int(off.value))
+
+    def handled(self) -> int:
+        found = self._meta("handled")
+        return int(found.value) if found is not None else 0
+
+    def already_applied(self, position: Position) -> bool:
+        cp = self.checkpoint()
+        return cp is not None and cp.partition == position.partition and position.offset <= cp.offset
+
+    # -- reasoning --------------------------------------------------------------------------
+    def _ensure_inferred(self) -> None:
+        k = self.knowledge
+        digest = self._meta("knowledgeDigest")
+        cp = self.checkpoint()
+        offset = self._meta("inferredOffset")
+        want = Literal(cp.offset if cp else -1)
+        if digest is not None and digest.value == k.digest and offset == want:
+            return
+        log.info(
+            "re-materialising %s (%s)",
+            self.path,
+            "knowledge changed"
+            if digest is None or digest.value != k.digest
+            else "inferences behind the checkpoint",
+        )
+        self.rematerialize()
+
+    def rematerialize(self) -> int:
+        """Reload the ontology and recompute every inferred fact from the asserted ones."""
+        k = self.knowledge
+        self._set_meta("knowledgeDigest", None)  # a crash part-way leaves the store marked stale
+        self._set_meta("inferredOffset", None)
+        self.store.remove_graph(REMOVED)
+        self.store.remove_graph(ONTOLOGY)
+        self.store.extend(k.ontology.quads(ONTOLOGY))
+        count = k.engine.materialize(self.store, GRAPHS)
+        cp = self.checkpoint()
+        self._set_meta("knowledgeDigest", Literal(k.digest))
+        self._set_meta("inferredOffset", Literal(cp.offset if cp else -1))
+        return count
+
+    def inferred(self) -> set[Triple]:
+        return {q.triple for q in self.store.quads_for_pattern(None, None, None, INFERRED)}
+
+    def explain(self, fact: Triple, *, depth: int = 4) -> list[Derivation]:
+        return self.knowledge.engine.explain(self.store, GRAPHS, fact, depth=depth)
+
+    # -- applying events --------------------------------------------------------------------
+    def applied_digest(self, event_id: str) -> str | None:
+        """The content digest of an event id this store has applied, if any."""
+        found = list(self.store.quads_for_pattern(event_iri(event_id), e("digest"), None, META))
+        return found[0].object.value if found else None
+
+    def applied_position(self, event_id: str) -> Position | None:
+        """Where the log holds the event that applied ``event_id``."""
+        found = list(self.store.quads_for_pattern(event_iri(event_id), e("position"), None, META))
+        if not found:
+            return None
+        partition, offset = found[0].object.value.split(":")
+        return Position(int(partition), int(offset))
+
+    def apply(self, event: Event, position: Position) -> Outcome:
+        """Apply once, by offset and by event id; rejected (position still moves) if invalid.
+
+        An event id applied before is skipped when its content is the same (a retry, a file
+        produced twice) and rejected as a conflict when it is not (an idempotency key reused).
+        """
+        if self.already_applied(position):
+            return Outcome(Status.SKIPPED)
+        try:
+            delta = self.prepare(event, position)
+        except AlreadyApplied as dup:
+            self.commit(Delta(), position)
+            return Outcome(Status.SKIPPED, str(dup))
+        except PLAN_ERRORS as exc:
+            self.commit(Delta(), position)
+            return Outcome(Status.REJECTED, rejection_reason(exc))
+        self.commit(delta, position)
+        return Outcome(Status.APPLIED)
+
+    def prepare(self, event: Event, position: Position) -> Delta:
+        """The delta ``event`` would commit, with its event-id record; raises what ``apply`` rejects."""
+        digest = content_digest(event)
+        seen = self.applied_digest(event.event_id)
+        if seen == digest:
+            raise AlreadyApplied(f"event {event.event_id} was already applied")
+        if seen is not None:
+            raise Conflict(f"event_id {event.event_id} was already used for a different event")
+        delta = checked_plan(self.knowledge, event, position, self)
+        node = event_iri(event.event_id)
+        records = (
+            Quad(node, e("digest"), Literal(digest), META),
+            Quad(node, e("position"), Literal(f"{position.partition}:{position.offset}"), META),
+        )
+        return Delta(delta.removes, (*delta.adds, *records))
+
+    def reject(self, position: Position) -> Outcome:
+        """Move past a record that could not be decoded or validated at all."""
+        if self.already_applied(position):
+            return Outcome(Status.SKIPPED)
+        self.commit(Delta(), position)
+        return Outcome(Status.REJECTED)
+
+    def commit(self, delta: Delta, position: Position) -> None:
+        """Asserted delta + checkpoint in one transaction, then the rules catch up.
+
+        The incremental update is only sound from an inferred graph that was current at the
+        previous checkpoint; otherwise (an earlier update failed) or if it fails now, the
+        inferred graph is recomputed from scratch before the new offset is recorded.
+        """
+        previous = self.checkpoint()
+        current = self._meta("inferredOffset") == Literal(previous.offset if previous else -1)
+        adds = [q for q in delta.adds if q not in self.store]
+        removes = [q for q in delta.removes if q in self.store]
+        meta_old = list(self.store.quads_for_pattern(PROJECTION, None, None, META))
+        meta_new = [
+            Quad(PROJECTION, e("partition"), Literal(position.partition), META),
+            Quad(PROJECTION, e("offset"), Literal(position.offset), META),
+            Quad(PROJECTION, e("handled"), Literal(self.handled() + 1), META),
+            *(
+                q
+                for q in meta_old
+                if q.predicate.value
+                not in (
+                    v.ENGRAM + "partition",
+                    v.ENGRAM + "offset",
+                    v.ENGRAM + "handled",
+                    v.ENGRAM + "inferredOffset",
+                )
+            ),
+        ]
+        parts = []
+        if removes or meta_old:
+            parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
+        parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
+        self.store.update(" ; ".join(parts))
+        if not current:
+            log.warning("%s: inferences were not current; re-materialising", self.path)
+            self.rematerialize()
+            return
+        try:
+            added = [q.triple for q in adds if q.graph_name == ASSERTED]
+            removed = [q.triple for q in removes if q.graph_name == ASSERTED]
+            if added or removed:
+                self.knowledge.engine.update(self.store, GRAPHS, added, removed)
+        except Exception:
+            log.exception("%s: incremental rule update failed; re-materialising", self.path)
+            self.rematerialize()
+            return
+        self._set_meta("inferredOffset", Literal(position.offset))
+
+    def quads(self, graph: NamedNode = ASSERTED) -> Iterator[Quad]:
+        return self.store.quads_for_pattern(None, None, None, graph)
+
+    def flush(self) -> None:
+        self.store.flush()

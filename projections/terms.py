@@ -1,0 +1,89 @@
+"""The RDF terms of a tenant's graph: its named graphs, its IRIs, and every literal's one form.
+
+Every literal the projection writes is built here, so "the same value" is always the same term
+and re-asserting an equal value is a no-op, never a removal.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from array import array
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pyoxigraph import Literal, NamedNode
+
+from projections.rules.engine import Graphs
+from schemas import vocabulary as v
+from schemas.checks import InvalidEvent
+
+ASSERTED = NamedNode(v.GRAPH_ASSERTED)
+INFERRED = NamedNode(v.GRAPH_INFERRED)
+ONTOLOGY = NamedNode(v.GRAPH_ONTOLOGY)
+REMOVED = NamedNode("urn:engram:graph:removed")  # scratch, only during a rule update
+META = NamedNode(v.GRAPH_META)
+VECTORS = NamedNode(v.GRAPH_VECTORS)  # a memory's embedding; invisible to the rules
+GRAPHS = Graphs(base=(ASSERTED, ONTOLOGY), inferred=INFERRED, removed=REMOVED)
+RDF_TYPE = NamedNode(v.RDF_TYPE)
+XSD_DATETIME = NamedNode(v.XSD + "dateTime")
+COMPANY = NamedNode("urn:engram:company")
+CLOCK = NamedNode("urn:engram:clock")
+PROJECTION = NamedNode("urn:engram:projection")
+REDACTED = "[redacted]"
+
+Term = NamedNode | Literal
+
+
+def e(local: str) -> NamedNode:
+    """A term of engram's own vocabulary."""
+    return NamedNode(v.ENGRAM + local)
+
+
+def memory_iri(memory_id: str) -> NamedNode:
+    return NamedNode(f"urn:engram:memory:{memory_id}")
+
+
+def kpi_iri(metric: str) -> NamedNode:
+    return NamedNode(f"urn:engram:kpi:{metric}")
+
+
+def spend_iri(platform: str) -> NamedNode:
+    return NamedNode(f"urn:engram:spend:{platform}")
+
+
+def user_iri(user_id: str) -> NamedNode:
+    return NamedNode(f"urn:engram:user:{user_id}")
+
+
+def event_iri(event_id: str) -> NamedNode:
+    return NamedNode(f"urn:engram:event:{event_id}")
+
+
+def time_literal(value: datetime) -> Literal:
+    """An xsd:dateTime in the store's canonical form: UTC, ``Z``, no trailing zeros in the fraction.
+
+    Oxigraph compares times by value but writes them back canonically; building the same form
+    here keeps "replace with an equal time" a no-op instead of a removal.
+    """
+    text = value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "")
+    whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0")
+    return Literal(f"{whole}.{fraction}Z" if fraction else f"{whole}Z", datatype=XSD_DATETIME)
+
+
+def vector_literal(vector: Sequence[float]) -> Literal:
+    """An embedding as one literal: base64 of little-endian float32, the form the index reads."""
+    return Literal(base64.b64encode(array("f", vector).tobytes()).decode("ascii"))
+
+
+def value_literal(value: Any) -> Literal:
+    """A typed literal for a property value: boolean, integer, double or string, canonical."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent(f"numbers must be finite, got {value!r}")
+        return Literal(value + 0.0)  # -0.0 + 0.0 is 0.0: one zero
+    if isinstance(value, bool | int | str):
+        return Literal(value)
+    raise InvalidEvent(f"unsupported property value {value!r}")

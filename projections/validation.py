@@ -1,0 +1,60 @@
+"""What the projection refuses: ``plan`` plus the SHACL shapes and the rules' own classes.
+
+``checked_plan`` is the one decision, made the same way by the projector (live and replay) and by
+the edge before an event is appended, so a write the API accepts is a write the projector applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyoxigraph import NamedNode
+
+from projections.knowledge import Knowledge
+from projections.plan import Delta, GraphState, plan
+from projections.terms import memory_iri
+from schemas import payloads as ev
+from schemas import vocabulary as v
+from schemas.checks import InvalidEvent
+from schemas.events import Event, Position
+
+# plan() is a pure function of the event and the facts, so these failures are deterministic:
+# retrying cannot help, and a replay must reach the same decision.
+PLAN_ERRORS = (InvalidEvent, ValueError, TypeError, KeyError, AttributeError)
+
+
+def rejection_reason(exc: BaseException) -> str:
+    if isinstance(exc, InvalidEvent):
+        return str(exc)
+    return f"cannot be projected: {type(exc).__name__}: {exc}"
+
+
+def node_violations(knowledge: Knowledge, delta: Delta, state: GraphState, subject: NamedNode) -> list[str]:
+    """SHACL violations of ``subject`` as it would be after ``delta``."""
+    removed = {(q.predicate.value, str(q.object)) for q in delta.removes if q.subject == subject}
+    facts: dict[str, list[Any]] = {}
+    for pred, obj in state.facts(subject):
+        if (pred.value, str(obj)) not in removed:
+            facts.setdefault(pred.value, []).append(obj)
+    for q in delta.adds:
+        if q.subject == subject and q.object not in facts.get(q.predicate.value, []):
+            facts.setdefault(q.predicate.value, []).append(q.object)
+    classes = [c.value for c in facts.get(v.ENGRAM + "memoryClass", [])]
+    return knowledge.shapes.validate(classes, facts, knowledge.ontology)
+
+
+def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: GraphState) -> Delta:
+    """``plan`` followed by the shapes of the memory it creates or revises."""
+    p = event.payload
+    if isinstance(p, ev.MemoryRemembered):
+        cls = v.class_iri(p.memory_class or "Memory")
+        if cls in knowledge.derived_classes:
+            raise InvalidEvent(
+                f"memory_class {cls.removeprefix(v.ENGRAM)} is derived by the rules; it cannot be asserted"
+            )
+    delta = plan(event, position, state)
+    if isinstance(p, ev.MemoryRemembered | ev.MemoryRevised):
+        violations = node_violations(knowledge, delta, state, memory_iri(p.memory_id))
+        if violations:
+            raise InvalidEvent("shape violations: " + "; ".join(violations))
+    return delta

@@ -1,0 +1,377 @@
+"""One frozen class per event payload; the Avro records in ``avro/`` stay the one definition.
+
+The set of event types is the Envelope's ``payload`` union, read from ``Envelope.avsc``; a test
+keeps every class's fields and defaults equal to its record's, and the enums to Avro's symbols.
+Each class also says what Avro cannot (ranges, id shapes, which fields a revision may clear) in
+``check``, which reads the payload as a mapping: it runs on untrusted JSON before a payload is
+built, and on a decoded record before it is projected, with the same reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Self
+
+from schemas import vocabulary as v
+from schemas.checks import InvalidEvent, Problems, parse_time, show
+
+FLOAT32_MAX = 3.4028234663852886e38  # an Avro float; beyond it a component would be stored as inf
+EVENT_ID_NAMESPACE = uuid.UUID("6f1c1a52-58a9-4f55-9d0e-0b1b8f4f2a11")
+
+
+def avro_dir() -> Path:
+    return Path(str(resources.files("schemas") / "avro"))
+
+
+def envelope_union() -> tuple[str, ...]:
+    """The event types, in the Envelope's order: the branches of its ``payload`` union."""
+    envelope = json.loads((avro_dir() / f"{v.EVENT_NAMESPACE}.Envelope.avsc").read_text())
+    (union,) = (f["type"] for f in envelope["fields"] if f["name"] == "payload")
+    return tuple(name.removeprefix(f"{v.EVENT_NAMESPACE}.") for name in union)
+
+
+EVENT_TYPES: tuple[str, ...] = envelope_union()
+
+Properties = Mapping[str, bool | int | float | str | None]
+
+
+def mint_memory_id(event_id: str) -> str:
+    """A new memory's id follows from its event id, so producing the same event twice is safe."""
+    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"memory:{event_id}"))
+
+
+class Record:
+    """A frozen Avro record: built from its record (defaults filled, values frozen) and back."""
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Self:
+        """Build from an Avro record (or a checked JSON object): defaults filled, values frozen."""
+        unknown = set(record) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if unknown:
+            raise InvalidEvent(f"unknown {cls.__name__} fields: {', '.join(sorted(map(str, unknown)))}")
+        values = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in record:
+                values[f.name] = _freeze(_hints(cls)[f.name], record[f.name], f.name)
+        try:
+            return cls(**values)
+        except TypeError as exc:  # a required field is absent
+            missing = [f.name for f in fields(cls) if f.name not in values and _required(f)]  # type: ignore[arg-type]
+            raise InvalidEvent(f"{cls.__name__} needs {', '.join(missing)}") from exc
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro record (plain dicts and lists), as the codec writes it and a digest reads it."""
+        return {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+class Payload(Record):
+    """An event's payload; its class name is the event type (a branch of the Envelope's union)."""
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        """Add every domain rule ``p`` breaks to ``c``; ``p`` may hold anything (untrusted JSON)."""
+
+    @classmethod
+    def json_defaults(cls, p: Mapping[str, Any], event_id: str) -> dict[str, Any]:
+        """``p`` (the JSON form) with what a producer may leave out filled in; Avro's defaults aside."""
+        return dict(p)
+
+
+def _required(f: Any) -> bool:
+    from dataclasses import MISSING
+
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _freeze(hint: Any, value: Any, name: str) -> Any:
+    """``value`` as the field's type holds it: enums, nested records, tuples, read-only maps."""
+    if value is None:
+        return None
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    kind = next((t for t in options if t is not type(None)), hint)
+    origin = typing.get_origin(kind) or kind
+    if isinstance(origin, type) and issubclass(origin, StrEnum):
+        return origin(value)
+    if origin is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)  # one canonical form: 3 and 3.0 are the same double
+    if origin is datetime:
+        return parse_time(value, name)
+    if isinstance(origin, type) and issubclass(origin, Record):
+        return origin.from_record(value)
+    if origin is tuple:
+        return tuple(value)
+    if origin is Mapping or origin is typing.Mapping:
+        return types.MappingProxyType(dict(value))
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, Record):
+        return value.to_record()
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def _mapping(c: Problems, p: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """``p[name]`` if it is an object (absent is an empty one); else a reason, and nothing to check."""
+    value = p.get(name)
+    if value is None:
+        return {}
+    c.require(isinstance(value, Mapping), f"{name} must be an object")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(c: Problems, value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    c.require(isinstance(value, list | tuple), f"{what} must be a list")
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _check_properties(c: Problems, props: Mapping[str, Any]) -> None:
+    for key, value in props.items():
+        if c.name(key, "property name"):
+            c.require(key not in v.RESERVED_PROPERTIES, f"property name {key!r} is reserved by engram")
+        if isinstance(value, str):
+            c.require(
+                len(value) <= v.PROPERTY_TEXT_MAX,
+                f"property {key!r} must be at most {v.PROPERTY_TEXT_MAX} characters",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stakeholders(Record):
+    user_id: str | None = None
+    team_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRemembered(Payload):
+    memory_id: str
+    label: str
+    content: str
+    kind: v.Kind
+    scope: v.Scope
+    stakeholders: Stakeholders
+    importance: int
+    confidence: float = 1.0
+    expires_at: datetime | None = None
+    memory_class: str = "Memory"
+    properties: Properties = field(default_factory=lambda: types.MappingProxyType({}))
+    embedding: tuple[float, ...] | None = None
+    embedding_model: str | None = None
+    replaces: str | None = None
+    on_conflict: v.OnConflict = v.OnConflict.ASK
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("memory_id"), "memory_id")
+        c.text(p.get("label"), "label", v.LABEL_MAX)
+        c.text(p.get("content"), "content", v.CONTENT_MAX)
+        c.one_of(p.get("kind"), v.Kind, "kind")
+        c.one_of(p.get("scope"), v.Scope, "scope")
+        c.importance(p.get("importance"))
+        c.number(p.get("confidence", 1.0), "confidence", 0, 1)
+        cls_name = p.get("memory_class", "Memory")
+        c.require(
+            v.full_match(v.CLASS_RE, cls_name) and v.valid_iri(v.class_iri(cls_name)),
+            f"memory_class must be a class name such as PerformanceTargetMemory, got {show(cls_name)}",
+        )
+        if p.get("expires_at") is not None:
+            c.time(p["expires_at"], "expires_at")
+        holders = _mapping(c, p, "stakeholders")
+        if holders.get("user_id") is not None:
+            c.id(holders["user_id"], "stakeholders.user_id")
+        for team in _list(c, holders.get("team_ids"), "stakeholders.team_ids"):
+            c.id(team, "stakeholders.team_ids")
+        if p.get("scope") == v.Scope.USER:
+            c.require(bool(holders.get("user_id")), "a user-scoped memory needs stakeholders.user_id")
+        if p.get("scope") == v.Scope.TEAM:
+            c.require(bool(holders.get("team_ids")), "a team-scoped memory needs stakeholders.team_ids")
+        _check_properties(c, _mapping(c, p, "properties"))
+        if p.get("replaces") is not None:
+            c.id(p["replaces"], "replaces")
+            c.require(p.get("replaces") != p.get("memory_id"), "a memory cannot replace itself")
+        c.one_of(p.get("on_conflict", v.OnConflict.ASK), v.OnConflict, "on_conflict")
+        emb = p.get("embedding")
+        if emb is not None:
+            emb = _list(c, emb, "embedding")
+            c.require(
+                len(emb) > 0 and p.get("embedding_model") is not None,
+                "an embedding needs a non-empty vector and embedding_model",
+            )
+            c.require(
+                len(emb) <= v.EMBEDDING_MAX_DIM,
+                f"an embedding has at most {v.EMBEDDING_MAX_DIM} dimensions",
+            )
+            c.require(
+                all(isinstance(x, int | float) and math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in emb),
+                "an embedding's components must be finite 32-bit floats",
+            )
+
+    @classmethod
+    def json_defaults(cls, p: Mapping[str, Any], event_id: str) -> dict[str, Any]:
+        """The memory id minted from the event id, and no stakeholders, unless given."""
+        return {"memory_id": mint_memory_id(event_id), "stakeholders": {}, **p}
+
+
+# The shared fields a revision may set, and the ones it may clear (the others are required).
+REVISABLE_FIELDS: tuple[str, ...] = ("label", "content", "kind", "importance", "confidence", "expires_at")
+CLEARABLE_FIELDS: frozenset[str] = frozenset({"expires_at"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRevised(Payload):
+    """Three states per field: a key absent is untouched, mapped to null is cleared, else set."""
+
+    memory_id: str
+    changes: Properties = field(default_factory=lambda: types.MappingProxyType({}))
+    property_changes: Properties = field(default_factory=lambda: types.MappingProxyType({}))
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("memory_id"), "memory_id")
+        changes, props = _mapping(c, p, "changes"), _mapping(c, p, "property_changes")
+        c.require(bool(changes) or bool(props), "a revision must change at least one field")
+        for name, value in changes.items():
+            if not c.require(
+                name in REVISABLE_FIELDS,
+                f"field {show(name)} cannot be revised; one of {', '.join(REVISABLE_FIELDS)}",
+            ):
+                continue
+            if value is None:
+                c.require(name in CLEARABLE_FIELDS, f"field {name!r} is required and cannot be cleared")
+                continue
+            match name:
+                case "label":
+                    c.text(value, "label", v.LABEL_MAX)
+                case "content":
+                    c.text(value, "content", v.CONTENT_MAX)
+                case "kind":
+                    c.one_of(value, v.Kind, "kind")
+                case "importance":
+                    c.importance(value)
+                case "confidence":
+                    c.number(value, "confidence", 0, 1)
+                case "expires_at":
+                    c.time(value, "expires_at")
+        _check_properties(c, props)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySuperseded(Payload):
+    memory_id: str
+    superseded_by: str
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        if c.id(p.get("memory_id"), "memory_id") & c.id(p.get("superseded_by"), "superseded_by"):
+            c.require(p["memory_id"] != p["superseded_by"], "a memory cannot supersede itself")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRestored(Payload):
+    memory_id: str
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("memory_id"), "memory_id")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryForgotten(Payload):
+    memory_id: str
+    reason: str | None = None
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("memory_id"), "memory_id")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KpiObserved(Payload):
+    metric: str
+    value: float
+    period: str = "unspecified"
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.name(p.get("metric"), "metric")
+        c.number(p.get("value"), "value")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendObserved(Payload):
+    platform: str
+    amount: float
+    currency: str
+    period: str = "unspecified"
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.name(p.get("platform"), "platform")
+        c.require(
+            v.full_match(v.CURRENCY_RE, p.get("currency")), "currency must be an ISO-4217 code such as USD"
+        )
+        c.number(p.get("amount"), "amount", 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClockTicked(Payload):
+    now: datetime
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.time(p.get("now"), "now")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StakeholderChanged(Payload):
+    user_id: str
+    team_ids: tuple[str, ...] = ()
+    role: str
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("user_id"), "user_id")
+        for team in _list(c, p.get("team_ids"), "team_ids"):
+            c.id(team, "team id")
+
+
+def _registry() -> dict[str, type[Payload]]:
+    """Every event type's class, found by name: a new event type is its Avro file and its class."""
+    classes = {cls.__name__: cls for cls in Payload.__subclasses__()}
+    missing = [name for name in EVENT_TYPES if name not in classes]
+    if missing:  # fail at import, not on the first record of the new type
+        raise ImportError(f"no payload class for the Envelope's {', '.join(missing)} (schemas/payloads.py)")
+    return {name: classes[name] for name in EVENT_TYPES}
+
+
+PAYLOADS: Mapping[str, type[Payload]] = types.MappingProxyType(_registry())
+
+
+def payload_class(event_type: Any) -> type[Payload]:
+    if not isinstance(event_type, str) or event_type not in PAYLOADS:
+        raise InvalidEvent(f"unknown event type {show(event_type)}; one of: {', '.join(EVENT_TYPES)}")
+    return PAYLOADS[event_type]
