@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from pyoxigraph import Literal
+from pyoxigraph import Literal, NamedNode
 
 from projections.indexes import TenantIndexes, memory_id_of
-from projections.ontology import Ontology
+from projections.ontology import Ontology, StatusGroup
 from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri
 from projections.visibility import MemoryFacts, Principal, local_name, memory_facts, with_display
@@ -84,27 +84,23 @@ def _inferred(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
     return out
 
 
-def _asserted(graph: TenantGraph, memory_id: str, name: str) -> Any:
-    found = list(graph.store.quads_for_pattern(memory_iri(memory_id), e(name), None, ASSERTED))
-    return _number(found[0].object) if found else None
+def _asserted(graph: TenantGraph, memory_id: str, iri: str) -> list[Any]:
+    return [
+        q.object for q in graph.store.quads_for_pattern(memory_iri(memory_id), NamedNode(iri), None, ASSERTED)
+    ]
 
 
 def statuses(graph: TenantGraph, m: MemoryFacts, derived: dict[str, list[Any]]) -> dict[str, Any]:
+    """The memory's status blocks as the ontology groups them (``:statusGroup``): each derived
+    status beside the asserted properties that explain it, e.g. target: status, metric, goal."""
     out: dict[str, Any] = {}
-    if "targetStatus" in derived:
-        out["target"] = {
-            "status": derived["targetStatus"][0].value,
-            "metric": _asserted(graph, m.id, "metric"),
-            "goal": _asserted(graph, m.id, "goal"),
-        }
-    if "budgetStatus" in derived:
-        out["budget"] = {
-            "status": derived["budgetStatus"][0].value,
-            "spend": _number(derived["budgetSpend"][0]) if "budgetSpend" in derived else None,
-            "cap": _asserted(graph, m.id, "amount"),
-            "currency": _asserted(graph, m.id, "currency"),
-            "percent": _number(derived["budgetPercent"][0]) if "budgetPercent" in derived else None,
-        }
+    for group in graph.knowledge.ontology.status_groups:
+        block = {}
+        for f in group.fields:
+            found = derived.get(f.name, []) if f.derived else _asserted(graph, m.id, f.iri)
+            block[f.field] = (found[0].value if f.text else _number(found[0])) if found else None
+        if block["status"] is not None:  # a group is shown when its status is known
+            out[group.name] = block
     return out
 
 
@@ -268,7 +264,7 @@ def build_context(
     conflicts = _conflicts(items, keys, pairs)
     blocks = _blocks(items, ontology)
     result = {"blocks": blocks, "conflicts": conflicts, "snapshot": snapshot(graph), "count": len(items)}
-    result["text"] = render(result)
+    result["text"] = render(result, graph.knowledge.ontology.status_groups)
     # WordPiece never joins across white space, so the lines' counts add up to the text's
     result["tokens"] = sum(_line_tokens(options.count_tokens, line) for line in result["text"].splitlines())
     return result
@@ -306,13 +302,13 @@ def _line_tokens(count: Callable[[str], int], line: str) -> int:
     return count(line)
 
 
-def render(ctx: dict[str, Any]) -> str:
+def render(ctx: dict[str, Any], groups: Sequence[StatusGroup] = ()) -> str:
     """The bundle as markdown: what goes into the prompt."""
     lines = ["# Memory context", ""]
     for block in ctx["blocks"]:
         lines.append(f"## {block['title']}")
         for it in block["items"]:
-            status = _status_text(it["statuses"])
+            status = _status_text(it["statuses"], groups)
             owner = "" if it["scope"] == "company" else f" ({it['owner']})"
             flag = f" [overridden by {', '.join(it['overridden_by'])}]" if it.get("overridden_by") else ""
             lines.append(
@@ -341,13 +337,11 @@ def render(ctx: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _status_text(st: dict[str, Any]) -> str:
+def _status_text(st: dict[str, Any], groups: Sequence[StatusGroup]) -> str:
+    """Each status block in words, by its group's ``:statusText`` (an absent value is left blank)."""
     parts = []
-    if "target" in st:
-        parts.append(f"target {st['target']['status']}")
-    if "budget" in st:
-        b = st["budget"]
-        parts.append(
-            f"budget {b['status']}: spend {b['spend']} of {b['cap']} {b['currency'] or ''} = {b['percent']}%"
-        )
+    for group in groups:
+        if group.name in st:
+            values = {k: "" if value is None else value for k, value in st[group.name].items()}
+            parts.append((group.sentence or f"{group.name} {{status}}").format(**values))
     return f" ({'; '.join(parts)})" if parts else ""

@@ -27,6 +27,11 @@ class Knowledge:
     engine: RuleEngine
     digest: str  # changes whenever the ontology or a rule file changes
     derived_classes: frozenset[str] = frozenset()  # classes a rule concludes: never asserted
+    derived_predicates: frozenset[str] = frozenset()  # predicates a rule concludes: never a property
+
+    def reserved(self, property_name: str) -> bool:
+        """Whether a memory's property may not take this name: the projection or a rule writes it."""
+        return property_name in v.MEMORY_PREDICATES or v.ENGRAM + property_name in self.derived_predicates
 
     @property
     def prefixes(self) -> dict[str, str]:
@@ -43,10 +48,7 @@ def load_knowledge(
     digest = hashlib.sha256(ontology.digest.encode())
     for path in sorted(rules_dir.glob("*.dlog")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    derived = frozenset(
-        head.o.value
-        for rule in program.rules
-        for head in rule.heads
-        if isinstance(head.p, NamedNode) and head.p.value == v.RDF_TYPE and isinstance(head.o, NamedNode)
-    )
-    return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest(), derived)
+    heads = [head for rule in program.rules for head in rule.heads if isinstance(head.p, NamedNode)]
+    classes = frozenset(h.o.value for h in heads if h.p.value == v.RDF_TYPE and isinstance(h.o, NamedNode))
+    predicates = frozenset(h.p.value for h in heads if h.p.value != v.RDF_TYPE)
+    return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest(), classes, predicates)

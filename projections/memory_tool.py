@@ -155,10 +155,10 @@ def _class_field(classes: list[str], texts: dict[str, list[str]]) -> dict[str, A
     }
 
 
-def _property_name(path: str) -> str | None:
+def _property_name(knowledge: Knowledge, path: str) -> str | None:
     """The properties-map name writing ``path``, or None for a core field or a derived fact."""
     local = path.removeprefix(v.ENGRAM)
-    if local == path or not v.full_match(v.NAME_RE, local) or local in v.RESERVED_PROPERTIES:
+    if local == path or not v.full_match(v.NAME_RE, local) or knowledge.reserved(local):
         return None
     return local
 
@@ -169,7 +169,7 @@ def _branch(knowledge: Knowledge, cls: str, texts: dict[str, list[str]]) -> dict
     for target in sorted(knowledge.ontology.superclasses.get(cls, {cls})):
         for node in knowledge.shapes.by_class.get(target, []):
             for prop in node.properties:
-                if (name := _property_name(prop.path)) is not None:
+                if (name := _property_name(knowledge, prop.path)) is not None:
                     shapes.setdefault(name, []).append(prop)
     fields = {}
     for name in sorted(shapes):

@@ -1,4 +1,4 @@
-"""The ontology (Turtle) and the class hierarchy it declares; loaded once per process."""
+"""The ontology (Turtle): the class hierarchy and the derived statuses it declares; loaded once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,28 @@ from pyoxigraph import NamedNode, Quad, RdfFormat, Triple, parse
 from schemas import vocabulary as v
 
 RDFS_SUBCLASS = "http://www.w3.org/2000/01/rdf-schema#subClassOf"
+RDFS_RANGE = "http://www.w3.org/2000/01/rdf-schema#range"
 SHAPES_FILE = "shapes.ttl"
+
+
+@dataclass(frozen=True)
+class StatusField:
+    """A property shown among a memory's statuses: derived by the rules, or asserted beside them."""
+
+    iri: str
+    name: str  # its local name: the key in a memory's ``statuses``
+    derived: bool  # a :DerivedStatus (read from the inferred graph) or an asserted property
+    group: str | None  # the context bundle's block it is shown in ("target", "budget")
+    field: str  # its name in that block
+    order: int
+    text: bool  # rdfs:range xsd:string: shown as text, never read as a number
+
+
+@dataclass(frozen=True)
+class StatusGroup:
+    name: str
+    fields: tuple[StatusField, ...]  # in :statusOrder; the one named "status" decides presence
+    sentence: str | None  # the :statusText of the group's status property
 
 
 @dataclass(frozen=True)
@@ -19,6 +40,8 @@ class Ontology:
     triples: tuple[Triple, ...]
     digest: str
     superclasses: dict[str, frozenset[str]]  # class -> itself and every superclass
+    derived_statuses: tuple[StatusField, ...] = ()  # every :DerivedStatus, by name
+    status_groups: tuple[StatusGroup, ...] = ()  # the context bundle's status blocks, in order
 
     def quads(self, graph: NamedNode) -> list[Quad]:
         return [Quad(t.subject, t.predicate, t.object, graph) for t in self.triples]
@@ -61,4 +84,52 @@ def load_ontology(directory: Path) -> Ontology:
         if t.predicate.value == RDFS_SUBCLASS and isinstance(t.object, NamedNode):
             edges.setdefault(t.subject.value, set()).add(t.object.value)
     edges.setdefault(v.ENGRAM + "Memory", set())
-    return Ontology(tuple(dict.fromkeys(triples)), digest.hexdigest(), _closure(edges))
+    fields = _status_fields(triples)
+    return Ontology(
+        tuple(dict.fromkeys(triples)),
+        digest.hexdigest(),
+        _closure(edges),
+        tuple(f for f in fields if f.derived),
+        _status_groups(fields, triples),
+    )
+
+
+def _status_fields(triples: list[Triple]) -> list[StatusField]:
+    said: dict[str, dict[str, str]] = {}
+    derived: set[str] = set()
+    for t in triples:
+        if t.predicate.value == v.RDF_TYPE and t.object.value == v.ENGRAM + "DerivedStatus":
+            derived.add(t.subject.value)
+        elif t.predicate.value.startswith(v.ENGRAM + "status") or t.predicate.value == RDFS_RANGE:
+            said.setdefault(t.subject.value, {})[t.predicate.value.rsplit("#", 1)[-1]] = t.object.value
+    fields = []
+    for iri in sorted(derived | {s for s, d in said.items() if "statusGroup" in d}):
+        d = said.get(iri, {})
+        name = iri.rsplit("#", 1)[-1]
+        fields.append(
+            StatusField(
+                iri=iri,
+                name=name,
+                derived=iri in derived,
+                group=d.get("statusGroup"),
+                field=d.get("statusField", name),
+                order=int(d.get("statusOrder", 0)),
+                text=d.get("range") == v.XSD + "string",
+            )
+        )
+    return sorted(fields, key=lambda f: (f.order, f.name))
+
+
+def _status_groups(fields: list[StatusField], triples: list[Triple]) -> tuple[StatusGroup, ...]:
+    texts = {t.subject.value: t.object.value for t in triples if t.predicate.value == v.ENGRAM + "statusText"}
+    groups: dict[str, list[StatusField]] = {}
+    for f in fields:
+        if f.group is not None:
+            groups.setdefault(f.group, []).append(f)
+    out = []
+    for name, members in groups.items():
+        status = next((f for f in members if f.field == "status"), None)
+        if status is None:
+            raise ValueError(f"status group {name!r} has no field named 'status' (ontology :statusField)")
+        out.append(StatusGroup(name, tuple(members), texts.get(status.iri)))
+    return tuple(sorted(out, key=lambda g: min(f.iri for f in g.fields if f.field == "status")))

@@ -5,10 +5,12 @@ Queries are fixed text; caller values only reach them as pyoxigraph terms (``sub
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pyoxigraph import Literal, NamedNode, Variable
 
+from projections.explain import show
 from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
 from schemas import vocabulary as v
@@ -126,3 +128,33 @@ def export_nquads(graph: TenantGraph) -> str:
     """Asserted facts and the checkpoint as sorted N-Quads: a stable form to diff against a replay."""
     quads = [*graph.quads(ASSERTED), *graph.quads(INFERRED), *graph.quads(META)]
     return "".join(sorted(f"{q} .\n" for q in quads))
+
+
+INTEGERS = {v.XSD + t for t in ("integer", "int", "long", "short", "nonNegativeInteger", "positiveInteger")}
+DECIMALS = {v.XSD + t for t in ("decimal", "double", "float")}
+
+
+def typed(term: object) -> int | float | str:
+    """A status literal as JSON: numbers as numbers (a finite one), everything else as text."""
+    if isinstance(term, Literal):
+        try:
+            if term.datatype.value in INTEGERS:
+                return int(term.value)
+            if term.datatype.value in DECIMALS:
+                number = float(term.value)
+                if math.isfinite(number):
+                    return int(number) if number.is_integer() and "." not in term.value else number
+        except ValueError:
+            pass
+        return term.value
+    return show(term)
+
+
+def memory_statuses(graph: TenantGraph, memory_id: str) -> dict[str, int | float | str]:
+    """Every derived status the rules concluded about a memory (the ontology's :DerivedStatus)."""
+    m = memory_iri(memory_id)
+    out: dict[str, int | float | str] = {}
+    for status in graph.knowledge.ontology.derived_statuses:
+        for q in graph.store.quads_for_pattern(m, NamedNode(status.iri), None, INFERRED):
+            out[status.name] = typed(q.object)
+    return out

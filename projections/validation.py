@@ -52,6 +52,10 @@ def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: 
             raise InvalidEvent(
                 f"memory_class {cls.removeprefix(v.ENGRAM)} is derived by the rules; it cannot be asserted"
             )
+    names = p.properties if isinstance(p, ev.MemoryRemembered) else getattr(p, "property_changes", {})
+    reserved = sorted(name for name in names if knowledge.reserved(name))
+    if reserved:
+        raise InvalidEvent(f"property name {reserved[0]!r} is reserved by engram: a rule derives it")
     delta = plan(event, position, state)
     if isinstance(p, ev.MemoryRemembered | ev.MemoryRevised):
         violations = node_violations(knowledge, delta, state, memory_iri(p.memory_id))

@@ -152,7 +152,7 @@ def _list(c: Problems, value: Any, what: str) -> list[Any]:
 def _check_properties(c: Problems, props: Mapping[str, Any]) -> None:
     for key, value in props.items():
         if c.name(key, "property name"):
-            c.require(key not in v.RESERVED_PROPERTIES, f"property name {key!r} is reserved by engram")
+            c.require(key not in v.MEMORY_PREDICATES, f"property name {key!r} is reserved by engram")
         if isinstance(value, str):
             c.require(
                 len(value) <= v.PROPERTY_TEXT_MAX,

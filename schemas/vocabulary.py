@@ -84,7 +84,8 @@ CLASS_RE: Final = re.compile(r"^(:?[A-Z][A-Za-z0-9_]{0,127}|https?://[^\s<>\"{}|
 CURRENCY_RE: Final = re.compile(r"^[A-Z]{3}$")
 
 
-# Predicates the projection writes for every memory; any other engram predicate is a property.
+# Predicates the projection writes for every memory; any other engram predicate is a property, and
+# no property may take one of these names (nor one a rule concludes: ``Knowledge.reserved``).
 MEMORY_PREDICATES: Final = frozenset(
     {
         "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
@@ -93,15 +94,6 @@ MEMORY_PREDICATES: Final = frozenset(
         "forgottenAt", "forgottenReason", "memoryClass", "embedding",
     }
 )  # fmt: skip
-# Predicates the rules derive about a memory.
-DERIVED_PREDICATES: Final = frozenset(
-    {
-        "supersedes", "targetStatus", "budgetStatus", "budgetPercent", "budgetSpend", "liveRank",
-        "conflictsWith", "conflictKey", "stakeholderKey",
-    }
-)  # fmt: skip
-# A class property may not take one of these names.
-RESERVED_PROPERTIES: Final = MEMORY_PREDICATES | DERIVED_PREDICATES
 
 
 def full_match(pattern: re.Pattern[str], value: object) -> bool:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from pyoxigraph import Literal, NamedNode
 
 from api.deps import Commands, IdempotencyKey, TenantId, TenantStore, event_id_for, not_found
 from api.errors import responses
@@ -20,10 +18,10 @@ from api.models import (
     Scope,
     anchored,
 )
-from projections.explain import derived_for_memory, inferred_about, show
-from projections.read import get_memory, list_memory_ids
+from projections.explain import derived_for_memory, inferred_about
+from projections.read import get_memory, list_memory_ids, memory_statuses
 from projections.tenant_graph import TenantGraph
-from projections.terms import INFERRED, memory_iri
+from projections.terms import memory_iri
 from schemas import vocabulary as v
 
 router = APIRouter(prefix="/v1/tenants/{tenant}/memories", tags=["memories"])
@@ -48,43 +46,13 @@ async def list_memories(
     return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=len(ids))
 
 
-STATUS_PREDICATES = ("targetStatus", "budgetStatus", "budgetPercent", "liveRank")
-INTEGERS = {v.XSD + t for t in ("integer", "int", "long", "short", "nonNegativeInteger", "positiveInteger")}
-DECIMALS = {v.XSD + t for t in ("decimal", "double", "float")}
-
-
-def typed(term: object) -> int | float | str:
-    """A status literal as JSON: numbers as numbers (a finite one), everything else as text."""
-    if isinstance(term, Literal):
-        try:
-            if term.datatype.value in INTEGERS:
-                return int(term.value)
-            if term.datatype.value in DECIMALS:
-                number = float(term.value)
-                if math.isfinite(number):
-                    return int(number) if number.is_integer() and "." not in term.value else number
-        except ValueError:
-            pass
-        return term.value
-    return show(term)
-
-
-def statuses(graph: TenantGraph, memory_id: str) -> dict[str, int | float | str]:
-    m = memory_iri(memory_id)
-    out: dict[str, int | float | str] = {}
-    for name in STATUS_PREDICATES:
-        for q in graph.store.quads_for_pattern(m, NamedNode(v.ENGRAM + name), None, INFERRED):
-            out[name] = typed(q.object)
-    return out
-
-
 def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
     derived = derived_for_memory(graph, memory["id"])
     classes = sorted({memory["memory_class"], *(d["value"] for d in derived if d["predicate"] == "type")})
     return MemoryPublic(
         **memory,
         classes=classes,
-        statuses=statuses(graph, memory["id"]),
+        statuses=memory_statuses(graph, memory["id"]),
         conflicts_with=sorted(d["value"] for d in derived if d["predicate"] == "conflictsWith"),
         derived=derived,
     )

@@ -22,10 +22,10 @@ from api.models import (
     Signals,
     anchored,
 )
-from api.routes.memories import statuses
 from api.runtime import Runtime
 from projections.context import ContextOptions, build_context
 from projections.memory_tool import memory_tool
+from projections.read import memory_statuses
 from projections.recall import RecallQuery, class_weights, recall
 from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
@@ -82,7 +82,7 @@ def _recall(
             importance=h.memory.importance,
             confidence=h.memory.confidence,
             memory_class=h.memory.memory_class,
-            statuses=statuses(indexes.graph, h.memory.id),
+            statuses=memory_statuses(indexes.graph, h.memory.id),
             score=round(h.score, 6),
             signals=Signals(**h.signals),  # type: ignore[arg-type]
             tokens=h.tokens,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import httpx
@@ -11,9 +12,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from engram.harness import Server
 from engram.settings import Settings
-from schemas.events import Actor, Event
+from schemas.events import Actor
 from streams import codec
-from tests.factories import event
+from tests.factories import event, remembered
 
 pytestmark = pytest.mark.integration
 
@@ -139,27 +140,13 @@ def test_bad_paths_and_payloads(server: Server) -> None:
 
 
 async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
-    bad_domain = Event(  # passes Avro, fails the domain rules (importance 9)
+    good = event("MemoryRemembered", remembered("m9", label="l", content="c"))
+    bad_domain = dataclasses.replace(  # passes Avro, fails the domain rules (importance 9)
+        good,
         event_id="00000000-0000-4000-8000-000000000009",
-        tenant="acme",
-        occurred_at=event("KpiObserved", {"metric": "x", "value": 1, "period": "p"}).occurred_at,
         actor=Actor("etl", "pipeline"),
         source="pipeline",
-        type="MemoryRemembered",
-        payload={
-            **event(
-                "MemoryRemembered",
-                {
-                    "memory_id": "m9",
-                    "label": "l",
-                    "content": "c",
-                    "kind": "fact",
-                    "scope": "company",
-                    "importance": 3,
-                },
-            ).payload,
-            "importance": 9,
-        },
+        payload=dataclasses.replace(good.payload, importance=9),
     )
     records = [
         (b"acme", b"\x00garbage"),

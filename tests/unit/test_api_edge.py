@@ -22,10 +22,10 @@ from pyoxigraph import Literal, NamedNode
 from api.deps import IDEMPOTENCY_NAMESPACE, event_id_for
 from api.limits import RequestLimits
 from api.main import create_app
-from api.routes.memories import typed
 from commands.writes import Commands, RecentWrites
 from engram.settings import load_settings
 from projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
+from projections.read import typed
 from projections.rules.syntax import load_rules
 from schemas import vocabulary as v
 from streams.embedder import load_embedder

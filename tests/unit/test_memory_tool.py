@@ -129,7 +129,7 @@ def test_superclass_shapes_are_inherited_and_core_fields_skipped() -> None:
     # :Memory's shape constrains only core fields (label, kind, importance, ...): none is a property.
     assert class_properties(SCHEMA, "Memory")["properties"] == {}
     for b in SCHEMA["dependentSchemas"]["memory_class"]["anyOf"]:
-        assert not set(b["properties"]["properties"]["properties"]) & v.RESERVED_PROPERTIES
+        assert not any(map(KNOWLEDGE.reserved, b["properties"]["properties"]["properties"]))
 
 
 def test_sample_bodies_against_the_schema() -> None:
