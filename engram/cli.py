@@ -163,6 +163,12 @@ def _rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _schema_history(settings: Settings, args: argparse.Namespace) -> int:
+    from streams import schema_history
+
+    return schema_history.main(["--check"] if args.check else [])
+
+
 def _bench(settings: Settings, args: argparse.Namespace) -> int:
     script = Path("bench") / f"{args.name}.py"
     if not script.exists():
@@ -211,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ri.add_argument("tenant")
 
+    sh = sub.add_parser(
+        "schema-history",
+        help="record the current Envelope schema in schemas/avro/history/ (run after editing a schema)",
+    )
+    sh.add_argument("--check", action="store_true", help="only check; exit 1 if it is not recorded")
+
     b = sub.add_parser("bench", help="run bench/NAME.py (prints JSON)")
     b.add_argument("name")
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
@@ -227,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         "produce": _produce,
         "replay": _replay,
         "rebuild-index": _rebuild_index,
+        "schema-history": _schema_history,
         "bench": _bench,
     }
     try:

@@ -76,7 +76,7 @@ def _number(term: Any) -> int | float | str:
     return str(term.value)
 
 
-def _inferred(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
+def inferred_by_name(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for q in graph.store.quads_for_pattern(memory_iri(memory_id), None, None, INFERRED):
         if q.predicate.value.startswith(v.ENGRAM):
@@ -232,7 +232,7 @@ def build_context(
         if lean.importance < TOP_TIER or lean.confidence < options.confidence_floor:
             continue
         m = indexes.display(lean) if indexes is not None else with_display(graph, lean)
-        derived = _inferred(graph, m.id)
+        derived = inferred_by_name(graph, m.id)
         if m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:
             continue
         keys[m.id] = {t.value for t in derived.get("conflictKey", [])}

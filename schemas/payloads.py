@@ -72,7 +72,7 @@ class Record:
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record (plain dicts and lists), as the codec writes it and a digest reads it."""
-        return {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {f.name: thaw(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
 class Payload(Record):
@@ -121,7 +121,8 @@ def _freeze(hint: Any, value: Any, name: str) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
+def thaw(value: Any) -> Any:
+    """A frozen value in its plain Avro form: enums as text, tuples as lists, maps as dicts."""
     if isinstance(value, StrEnum):
         return value.value
     if isinstance(value, Record):

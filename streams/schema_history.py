@@ -29,8 +29,6 @@ from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 
 ENVELOPE = "engram.events.Envelope.avsc"
 FIX = "run `engram schema-history` and commit schemas/avro/history/"
-# Until the engram CLI has the subcommand, the module is the way to run it.
-FIX_NOW = "(or `python -m streams.schema_history`)"
 
 
 def default_schema_dir() -> Path:
@@ -105,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"schema history {history} lacks the current Envelope (fingerprint {lacking[0]}), "
                 f"so records written with it become unreadable once the schema changes again: "
-                f"{FIX} {FIX_NOW}",
+                f"{FIX}",
                 file=sys.stderr,
             )
             return 1

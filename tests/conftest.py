@@ -1,4 +1,9 @@
-"""Real parts: the local Kafka broker (started here if nothing answers) and `engram serve` processes."""
+"""Fixtures every test folder shares.
+
+Real parts: the local Kafka broker (started here if nothing answers, once per session, only for a
+test that asks for it; such tests are marked ``integration``), ``engram serve`` processes, and a
+tenant's on-disk store.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,14 @@ from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
 from streams import kafka_local
 from streams.topics import ensure_topics
+from tests.tenant import Tenant
 
-pytestmark = pytest.mark.integration
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs the broker is an integration test (``-m "not integration"`` skips them)."""
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +51,9 @@ def server(settings: Settings, tmp_path: Path) -> Iterator[Server]:
     srv.wait_ready()
     yield srv
     srv.stop()
+
+
+@pytest.fixture
+def tenant(tmp_path: Path) -> Tenant:
+    """A tenant's real on-disk store, fed one partition's events (``tests.tenant``)."""
+    return Tenant(tmp_path / "graph", step_ms=1)

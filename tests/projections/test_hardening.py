@@ -28,30 +28,10 @@ from streams import codec, projector
 from streams.ingest import parse_lines
 from streams.producer import MAX_EVENT_BYTES
 from tests.factories import envelope, event, remembered, unchecked_event
+from tests.tenant import Tenant
 
 NOBODY = {"user_id": None, "team_ids": []}
 ID = "00000000-0000-4000-8000-{:012x}".format
-
-
-class Log:
-    """One tenant's partition: events at increasing offsets, each at its own append time."""
-
-    def __init__(self, graph: TenantGraph) -> None:
-        self.graph, self.offset = graph, -1
-
-    def apply(self, ev: Event, *, timestamp_ms: int = 1_764_547_200_510) -> Status:
-        self.offset += 1
-        outcome = self.graph.apply(ev, Position(0, self.offset, timestamp_ms))
-        self.reason = outcome.reason
-        return outcome.status
-
-    def objects(self, s: NamedNode, p: NamedNode) -> list[str]:
-        return [str(o) for o in self.graph.objects(s, p)]
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Log:
-    return Log(TenantGraph(tmp_path / "graph"))
 
 
 # -- 1. one canonical form per literal -----------------------------------------------------------
@@ -106,80 +86,82 @@ def test_value_literals_refuse_non_finite_numbers() -> None:
             literal_of(bad)
 
 
-def test_two_identical_clock_ticks_keep_the_clock(log: Log) -> None:
+def test_two_identical_clock_ticks_keep_the_clock(tenant: Tenant) -> None:
     tick = {"now": "2026-12-01T10:00:00.510Z"}
-    assert log.apply(event("ClockTicked", tick, event_id=ID(1))) is Status.APPLIED
-    assert log.apply(event("ClockTicked", tick, event_id=ID(2))) is Status.APPLIED
-    assert log.objects(CLOCK, e("now")) == [str(time_literal(datetime(2026, 12, 1, 10, 0, 0, 510_000, UTC)))]
+    assert tenant.apply(event("ClockTicked", tick, event_id=ID(1))) is Status.APPLIED
+    assert tenant.apply(event("ClockTicked", tick, event_id=ID(2))) is Status.APPLIED
+    assert tenant.objects(CLOCK, e("now")) == [
+        str(time_literal(datetime(2026, 12, 1, 10, 0, 0, 510_000, UTC)))
+    ]
 
 
-def test_a_kpi_posted_twice_with_the_same_time_keeps_observed_at(log: Log) -> None:
+def test_a_kpi_posted_twice_with_the_same_time_keeps_observed_at(tenant: Tenant) -> None:
     kpi = {"metric": "roas", "value": 2.5, "period": "2026-12"}
     at = "2026-12-01T10:00:00.100Z"
-    log.apply(event("KpiObserved", kpi, event_id=ID(1), occurred_at=at))
-    log.apply(event("KpiObserved", kpi, event_id=ID(2), occurred_at=at))
+    tenant.apply(event("KpiObserved", kpi, event_id=ID(1), occurred_at=at))
+    tenant.apply(event("KpiObserved", kpi, event_id=ID(2), occurred_at=at))
     k = NamedNode("urn:engram:kpi:roas")
-    assert len(log.objects(k, e("observedAt"))) == 1 and len(log.objects(k, e("value"))) == 1
+    assert len(tenant.objects(k, e("observedAt"))) == 1 and len(tenant.objects(k, e("value"))) == 1
 
 
-def test_revising_expiry_to_its_current_value_keeps_it(log: Log) -> None:
-    log.apply(event("MemoryRemembered", remembered("m1", expires_at="2027-01-01T00:00:00.500Z")))
+def test_revising_expiry_to_its_current_value_keeps_it(tenant: Tenant) -> None:
+    tenant.apply(event("MemoryRemembered", remembered("m1", expires_at="2027-01-01T00:00:00.500Z")))
     same = {"memory_id": "m1", "changes": {"expires_at": "2027-01-01T00:00:00.5Z"}}
-    assert log.apply(event("MemoryRevised", same)) is Status.APPLIED
-    assert get_memory(log.graph, "m1")["expires_at"] == "2027-01-01T00:00:00.5Z"  # type: ignore[index]
+    assert tenant.apply(event("MemoryRevised", same)) is Status.APPLIED
+    assert get_memory(tenant.graph, "m1")["expires_at"] == "2027-01-01T00:00:00.5Z"  # type: ignore[index]
 
 
-def test_remember_then_revise_at_the_same_append_time_keeps_updated_at(log: Log) -> None:
-    log.apply(event("MemoryRemembered", remembered("m1")), timestamp_ms=1_764_547_200_510)
-    log.apply(
+def test_remember_then_revise_at_the_same_append_time_keeps_updated_at(tenant: Tenant) -> None:
+    tenant.apply(event("MemoryRemembered", remembered("m1")), timestamp_ms=1_764_547_200_510)
+    tenant.apply(
         event("MemoryRevised", {"memory_id": "m1", "changes": {"label": "x"}}), timestamp_ms=1_764_547_200_510
     )
-    m = get_memory(log.graph, "m1")
+    m = get_memory(tenant.graph, "m1")
     assert m is not None and m["updated_at"] == "2025-12-01T00:00:00.51Z"
 
 
 # -- 2. exactly once by event id -----------------------------------------------------------------
 
 
-def test_the_same_event_id_twice_changes_nothing_whatever_its_offset(log: Log) -> None:
+def test_the_same_event_id_twice_changes_nothing_whatever_its_offset(tenant: Tenant) -> None:
     high = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"}, event_id=ID(1))
     low = event("KpiObserved", {"metric": "roas", "value": 4.0, "period": "p"}, event_id=ID(2))
-    assert log.apply(high) is Status.APPLIED
-    assert log.apply(low) is Status.APPLIED
-    before = facts(log.graph)
+    assert tenant.apply(high) is Status.APPLIED
+    assert tenant.apply(low) is Status.APPLIED
+    before = facts(tenant.graph)
     again = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"}, event_id=ID(1))
-    assert log.apply(again) is Status.SKIPPED and "already applied" in log.reason
-    assert facts(log.graph) == before
-    assert log.objects(NamedNode("urn:engram:kpi:roas"), e("value")) == [str(literal_of(4.0))]
+    assert tenant.apply(again) is Status.SKIPPED and "already applied" in tenant.reason
+    assert facts(tenant.graph) == before
+    assert tenant.objects(NamedNode("urn:engram:kpi:roas"), e("value")) == [str(literal_of(4.0))]
 
 
 def facts(graph: TenantGraph) -> set[Quad]:
     return {*graph.quads(ASSERTED), *graph.quads(INFERRED)}
 
 
-def test_a_retry_with_a_new_default_time_is_the_same_event(log: Log) -> None:
+def test_a_retry_with_a_new_default_time_is_the_same_event(tenant: Tenant) -> None:
     line = envelope("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"})
     first, second = event_from_json(dict(line)), event_from_json(dict(line))
     assert first.event_id == second.event_id  # produce's default id: a uuid5 of the line
-    assert log.apply(first) is Status.APPLIED
-    assert log.apply(second) is Status.SKIPPED
+    assert tenant.apply(first) is Status.APPLIED
+    assert tenant.apply(second) is Status.SKIPPED
 
 
-def test_an_event_id_reused_for_different_content_is_a_conflict(log: Log) -> None:
-    log.apply(event("MemoryRemembered", remembered("m1"), event_id=ID(7)))
+def test_an_event_id_reused_for_different_content_is_a_conflict(tenant: Tenant) -> None:
+    tenant.apply(event("MemoryRemembered", remembered("m1"), event_id=ID(7)))
     reused = event("MemoryRemembered", remembered("m2"), event_id=ID(7))
-    assert log.apply(reused) is Status.REJECTED
-    assert "already used for a different event" in log.reason
-    assert get_memory(log.graph, "m2") is None
+    assert tenant.apply(reused) is Status.REJECTED
+    assert "already used for a different event" in tenant.reason
+    assert get_memory(tenant.graph, "m2") is None
 
 
-def test_a_taken_memory_id_is_a_conflict(log: Log) -> None:
-    log.apply(event("MemoryRemembered", remembered("m1"), event_id=ID(1)))
+def test_a_taken_memory_id_is_a_conflict(tenant: Tenant) -> None:
+    tenant.apply(event("MemoryRemembered", remembered("m1"), event_id=ID(1)))
     assert (
-        log.apply(event("MemoryRemembered", remembered("m1", label="other"), event_id=ID(2)))
+        tenant.apply(event("MemoryRemembered", remembered("m1", label="other"), event_id=ID(2)))
         is Status.REJECTED
     )
-    assert "already exists" in log.reason
+    assert "already exists" in tenant.reason
 
 
 def test_event_ids_are_canonical() -> None:

@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 from pyoxigraph import NamedNode
 
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
-from projections.rules.engine import Graphs
 from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, ONTOLOGY, REMOVED
 from schemas.events import Position
 from tests.factories import event
+from tests.tenant import from_scratch
 
 CHECK = NamedNode("urn:engram:graph:check")
 IDS = ["m1", "m2", "m3", "m4", "m5", "m6"]
@@ -109,14 +108,6 @@ OPS = st.one_of(
     ),
     st.builds(lambda t: ("ClockTicked", {"now": t}), st.sampled_from(TIMES)),
 )
-
-
-def from_scratch(graph: TenantGraph) -> set:
-    scratch = Graphs(base=(ASSERTED, ONTOLOGY), inferred=CHECK, removed=REMOVED)
-    graph.knowledge.engine.materialize(graph.store, scratch)
-    out = {q.triple for q in graph.store.quads_for_pattern(None, None, None, CHECK)}
-    graph.store.remove_graph(CHECK)
-    return out
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,100 @@
+"""Every command end to end, in process: validated, pre-checked, appended to a real broker,
+projected by the real Faust agent, answered; and every refusal with its status."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from api.runtime import Runtime, running
+from commands.writes import Attribution, Conflicting, Invalid, Refused
+from engram.settings import Settings
+from projections.read import get_memory, memory_statuses
+from projections.terms import CLOCK, e, user_iri
+from schemas.events import Actor
+
+OPERATOR = Attribution(source="operator", actor=Actor("dana", "operator"))
+PIPELINE = Attribution(source="pipeline", actor=Actor("etl", "pipeline"))
+
+
+def by(who: Attribution, **changes: Any) -> Attribution:
+    return Attribution(**{**who.__dict__, **changes})
+
+
+def run(settings: Settings, scenario: Callable[[Runtime], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with running(settings.model_copy(update={"embedder": "hashing"})) as runtime:
+            await scenario(runtime)
+
+    asyncio.run(main())
+
+
+def memory(**fields: Any) -> dict[str, Any]:
+    return {"label": "ROAS target", "content": "Keep ROAS at 3 or above", "kind": "objective",
+            "scope": "company", "importance": 5, **fields}  # fmt: skip
+
+
+def test_every_command_is_applied_and_answered(settings: Settings) -> None:
+    async def scenario(rt: Runtime) -> None:
+        c = rt.commands
+        target = memory(memory_id="roas", memory_class="PerformanceTargetMemory",
+                        properties={"metric": "roas", "goal": 3.0})  # fmt: skip
+        first = await c.remember("acme", target, OPERATOR, wait=True)
+        assert first.applied and first.memory_id == "roas" and first.offset >= 0
+        assert (await c.observe_kpi("acme", "roas", 2.5, "2026-12", PIPELINE, wait=True)).applied
+        graph = rt.stores.get("acme")
+        assert graph is not None and memory_statuses(graph, "roas")["targetStatus"] == "below"
+        await c.observe_kpi("acme", "roas", 3.5, "2026-12", PIPELINE, wait=True)
+        assert memory_statuses(graph, "roas")["targetStatus"] == "met"
+
+        await c.revise("acme", "roas", OPERATOR, changes={"label": "ROAS floor"}, wait=True)
+        assert get_memory(graph, "roas")["label"] == "ROAS floor"  # type: ignore[index]
+        newer = await c.remember("acme", memory(memory_id="roas2"), OPERATOR, wait=True)
+        await c.supersede("acme", "roas", newer.memory_id or "", OPERATOR, wait=True)
+        assert get_memory(graph, "roas")["superseded_by"] == "roas2"  # type: ignore[index]
+        await c.restore("acme", "roas", OPERATOR, wait=True)
+        assert get_memory(graph, "roas")["active"] is True  # type: ignore[index]
+        await c.forget("acme", "roas2", OPERATOR, reason="asked to", wait=True)
+        assert get_memory(graph, "roas2")["content"] == "[redacted]"  # type: ignore[index]
+
+        await c.observe_spend("acme", "meta", 1200.0, "USD", "2026-12", PIPELINE, wait=True)
+        await c.tick_clock("acme", "2026-12-03T00:00:00Z", by(PIPELINE, source="system"), wait=True)
+        assert [o.value for o in graph.objects(CLOCK, e("now"))] == ["2026-12-03T00:00:00Z"]
+        await c.change_stakeholder("acme", "sam", "user", OPERATOR, team_ids=["growth"], wait=True)
+        assert [o.value for o in graph.objects(user_iri("sam"), e("team"))] == ["growth"]
+
+    run(settings, scenario)
+
+
+def test_refusals_carry_their_status_and_nothing_reaches_the_log(settings: Settings) -> None:
+    async def scenario(rt: Runtime) -> None:
+        c = rt.commands
+        key = uuid.uuid4()
+        first = await c.remember("acme", memory(memory_id="m1"), by(OPERATOR, event_id=key), wait=True)
+        again = await c.remember("acme", memory(memory_id="m1"), by(OPERATOR, event_id=key), wait=True)
+        assert (again.partition, again.offset, again.applied) == (first.partition, first.offset, True)
+
+        refusals: list[tuple[Awaitable[Any], type[Refused], int, str]] = [
+            (c.remember("acme", memory(importance=9), OPERATOR), Invalid, 422, "importance"),
+            (c.remember("acme", memory(memory_id="m1"), OPERATOR), Conflicting, 409, "already exists"),
+            (c.remember("acme", memory(label="other"), by(OPERATOR, event_id=key)), Conflicting, 409,
+             "already used for a different event"),
+            (c.remember("acme", memory(replaces="ghost"), OPERATOR), Invalid, 422, "unknown memory ghost"),
+            (c.revise("acme", "ghost", OPERATOR, changes={"label": "x"}), Invalid, 422, "unknown memory"),
+            (c.restore("acme", "m1", OPERATOR), Invalid, 422, "not superseded"),
+            (c.observe_kpi("acme", "ro as", 1.0, "p", PIPELINE), Invalid, 422, "metric must match"),
+            (c.observe_kpi("Acme", "roas", 1.0, "p", PIPELINE), Invalid, 422, "tenant must match"),
+        ]  # fmt: skip
+        partitions = range(rt.settings.events_partitions)
+        before = [await rt.lag.end_offset(p) for p in partitions]
+        for call, kind, status, reason in refusals:
+            with pytest.raises(kind, match=reason) as info:
+                await call
+            assert info.value.status == status
+        assert [await rt.lag.end_offset(p) for p in partitions] == before  # nothing was appended
+
+    run(settings, scenario)

@@ -1,0 +1,153 @@
+"""Projection of each event type into a real on-disk pyoxigraph store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from projections.read import export_nquads, get_memory, list_memory_ids
+from projections.tenant_graph import Status, TenantGraph
+from schemas.events import Position
+from tests.factories import EXAMPLES, event, remembered
+from tests.tenant import Tenant
+
+
+def test_remembered_projects_every_field(tenant: Tenant) -> None:
+    assert tenant.apply("MemoryRemembered", dict(EXAMPLES["MemoryRemembered"])) is Status.APPLIED
+    m = get_memory(tenant.graph, "m1")
+    assert m is not None
+    assert m["memory_class"] == "PerformanceTargetMemory"
+    assert (m["kind"], m["scope"], m["importance"], m["importance_name"]) == (
+        "objective",
+        "company",
+        5,
+        "Critical",
+    )
+    assert m["confidence"] == 0.9
+    assert m["expires_at"] == "2027-01-01T00:00:00Z"
+    assert m["properties"] == {"metric": "roas", "goal": 3.0, "strict": True, "window": 30}
+    assert m["stakeholders"] == {"user_id": None, "team_ids": ["growth"]}
+    assert m["actor"] == {"id": "dana", "role": "operator"} and m["source"] == "operator"
+    assert m["recorded_at"] == "2025-12-01T00:00:00Z"
+    assert m["active"] is True and len(m["lineage"]) == 1
+
+
+def test_revised_three_states_absent_null_value(tenant: Tenant) -> None:
+    tenant.apply("MemoryRemembered", dict(EXAMPLES["MemoryRemembered"]))
+    assert tenant.apply("MemoryRevised", dict(EXAMPLES["MemoryRevised"])) is Status.APPLIED
+    m = get_memory(tenant.graph, "m1")
+    assert m is not None
+    assert m["label"] == "new label"  # value: set
+    assert m["importance"] == 4
+    assert m["expires_at"] is None  # null: cleared
+    assert m["content"] == "content of m1"  # absent: untouched
+    assert m["properties"]["goal"] == 3.5
+    assert "window" not in m["properties"]
+    assert m["properties"]["metric"] == "roas"
+    assert len(m["lineage"]) == 2
+
+
+def test_supersede_restore_and_forget(tenant: Tenant) -> None:
+    tenant.apply("MemoryRemembered", remembered("m1"))
+    tenant.apply("MemoryRemembered", remembered("m2"))
+    assert tenant.apply("MemorySuperseded", {"memory_id": "m1", "superseded_by": "m2"}) is Status.APPLIED
+    assert get_memory(tenant.graph, "m1")["superseded_by"] == "m2"  # type: ignore[index]
+    assert get_memory(tenant.graph, "m2")["supersedes"] == ["m1"]  # type: ignore[index]
+    assert list_memory_ids(tenant.graph, active=True) == ["m2"]
+    assert list_memory_ids(tenant.graph, active=False) == ["m1"]
+    assert tenant.apply("MemoryRestored", {"memory_id": "m1"}) is Status.APPLIED
+    assert sorted(list_memory_ids(tenant.graph, active=True)) == ["m1", "m2"]
+    again = {"event_id": "00000000-0000-4000-8000-000000000001"}  # a new restore, not a retry
+    assert tenant.apply("MemoryRestored", {"memory_id": "m1"}, **again) is Status.REJECTED
+    assert "not superseded" in tenant.reason
+    assert tenant.apply("MemoryForgotten", {"memory_id": "m2", "reason": "gdpr"}) is Status.APPLIED
+    m2 = get_memory(tenant.graph, "m2")
+    assert m2 is not None and m2["content"] == "[redacted]" and m2["forgotten"] and not m2["active"]
+    assert m2["label"] == "label of m2" and len(m2["lineage"]) == 2  # node and lineage kept
+
+
+def test_replaces_supersedes_in_the_same_event(tenant: Tenant) -> None:
+    tenant.apply("MemoryRemembered", remembered("old"))
+    assert tenant.apply("MemoryRemembered", remembered("new", replaces="old")) is Status.APPLIED
+    assert get_memory(tenant.graph, "old")["superseded_by"] == "new"  # type: ignore[index]
+
+
+def test_kpi_spend_clock_stakeholder_replace_their_values(tenant: Tenant) -> None:
+    tenant.apply("KpiObserved", {"metric": "roas", "value": 2.7, "period": "2026-11"})
+    tenant.apply("KpiObserved", {"metric": "roas", "value": 3.2, "period": "2026-12"})
+    tenant.apply("SpendObserved", dict(EXAMPLES["SpendObserved"]))
+    tenant.apply("ClockTicked", {"now": "2026-12-01T00:00:00Z"})
+    tenant.apply("ClockTicked", {"now": "2026-12-02T00:00:00Z"})
+    tenant.apply("StakeholderChanged", dict(EXAMPLES["StakeholderChanged"]))
+    tenant.apply("StakeholderChanged", {"user_id": "sam", "team_ids": ["brand"], "role": "operator"})
+    q = tenant.graph.store.query
+    pre = "PREFIX e: <https://engram.dev/ns#> SELECT * WHERE { GRAPH ?g { "
+    assert [r["v"].value for r in q(pre + "<urn:engram:kpi:roas> e:value ?v } }")] == ["3.2"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:spend:meta> e:amount ?v } }")] == ["34000"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:clock> e:now ?v } }")] == ["2026-12-02T00:00:00Z"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:user:sam> e:team ?v } }")] == ["brand"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:user:sam> e:role ?v } }")] == ["operator"]
+
+
+def test_redelivery_is_skipped_by_the_checkpoint(tenant: Tenant, tmp_path: Path) -> None:
+    tenant.apply("MemoryRemembered", remembered("m1"))
+    ev = event("MemoryRevised", {"memory_id": "m1", "changes": {"label": "A"}})
+    assert tenant.graph.apply(ev, Position(3, 1)).status is Status.APPLIED
+    later = event("MemoryRevised", {"memory_id": "m1", "changes": {"label": "B"}})
+    assert tenant.graph.apply(later, Position(3, 2)).status is Status.APPLIED
+    before = export_nquads(tenant.graph)
+    assert tenant.graph.apply(ev, Position(3, 1)).status is Status.SKIPPED  # redelivered: no effect
+    assert export_nquads(tenant.graph) == before
+    assert get_memory(tenant.graph, "m1")["label"] == "B"  # type: ignore[index]
+    assert tenant.graph.handled() == 3
+    assert tenant.graph.checkpoint() == Position(3, 2)
+
+
+def test_checkpoint_survives_reopening(tmp_path: Path) -> None:
+    g = TenantGraph(tmp_path / "graph")
+    g.apply(event("MemoryRemembered", remembered("m1")), Position(0, 41))
+    del g
+    again = TenantGraph(tmp_path / "graph")
+    assert again.checkpoint() == Position(0, 41)
+    assert again.apply(event("MemoryRemembered", remembered("m1")), Position(0, 41)).status is Status.SKIPPED
+
+
+def test_invalid_against_state_is_rejected_but_moves_the_position(tenant: Tenant) -> None:
+    assert tenant.apply("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}) is Status.REJECTED
+    assert "unknown memory ghost" in tenant.reason
+    assert tenant.apply("MemorySuperseded", {"memory_id": "ghost", "superseded_by": "m9"}) is Status.REJECTED
+    tenant.apply("MemoryRemembered", remembered("m1"))
+    assert tenant.apply("MemoryRemembered", remembered("m1", label="other")) is Status.REJECTED
+    assert "already exists" in tenant.reason
+    assert tenant.graph.checkpoint() == Position(0, 3)
+    assert tenant.graph.handled() == 4
+
+
+def test_literals_with_quotes_and_newlines_are_stored_verbatim(tenant: Tenant) -> None:
+    tricky = 'He said "}} ; DROP ALL ; INSERT DATA {" \n\t\\ and left'
+    tenant.apply("MemoryRemembered", remembered("m1", content=tricky, label="<script>"))
+    m = get_memory(tenant.graph, "m1")
+    assert m is not None and m["content"] == tricky and m["label"] == "<script>"
+
+
+def test_list_filters(tenant: Tenant) -> None:
+    tenant.apply(
+        "MemoryRemembered", remembered("a", kind="preference", scope="user", stakeholders={"user_id": "sam"})
+    )
+    tenant.apply(
+        "MemoryRemembered",
+        remembered(
+            "b",
+            kind="objective",
+            memory_class="PerformanceTargetMemory",
+            properties={"metric": "roas", "goal": 3},
+        ),
+    )
+    tenant.apply("MemoryRemembered", remembered("c", kind="objective"))
+    tenant.apply("MemorySuperseded", {"memory_id": "c", "superseded_by": "b"})
+    assert list_memory_ids(tenant.graph, kind="preference") == ["a"]
+    assert sorted(list_memory_ids(tenant.graph, kind="objective")) == ["b", "c"]
+    assert sorted(list_memory_ids(tenant.graph, scope="company")) == ["b", "c"]
+    assert list_memory_ids(tenant.graph, memory_class="PerformanceTargetMemory") == ["b"]
+    assert list_memory_ids(tenant.graph, memory_class=":PerformanceTargetMemory") == ["b"]
+    assert list_memory_ids(tenant.graph, kind="objective", active=True) == ["b"]
+    assert list_memory_ids(tenant.graph, kind="fact") == []
