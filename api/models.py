@@ -66,16 +66,23 @@ Int = Annotated[StrictInt, BeforeValidator(_json_integer)]
 Float = Annotated[float, Strict()]  # a JSON number (integers included), never a bool or a string
 Timestamp = Annotated[datetime, BeforeValidator(_time_text)]  # a string, never a number of seconds
 Id = Annotated[StrictStr, Field(pattern=anchored(v.ID_RE.pattern))]
-Long = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # what Avro's long holds
+Long = Annotated[StrictInt, Field(ge=v.LONG_MIN, le=v.LONG_MAX)]  # what Avro's long holds
 
-Kind = v.Kind
-Scope = v.Scope
-Source = v.Source
+
+def _one_of(enum: type[v.StrEnum]) -> Any:
+    """The enum's values as a ``Literal``: the wire keeps plain strings (and a ``literal_error``)."""
+    return Literal[tuple(member.value for member in enum)]  # type: ignore[valid-type]
+
+
+Kind = _one_of(v.Kind)
+Scope = _one_of(v.Scope)
+Source = _one_of(v.Source)
+OnConflict = _one_of(v.OnConflict)
 
 
 def _long_if_integer(value: Any) -> Any:
     """An integer property is a 64-bit long (as ``engram produce`` holds it), not a rounded double."""
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+    if isinstance(value, int) and not isinstance(value, bool) and not v.LONG_MIN <= value <= v.LONG_MAX:
         raise PydanticCustomError("int_too_big", "integers must fit in 64 bits")
     return value
 
@@ -169,7 +176,7 @@ class MemoryCreate(Attribution):
     label: StrictStr = Field(min_length=1, max_length=v.LABEL_MAX, pattern=NON_BLANK)
     content: StrictStr = Field(min_length=1, max_length=v.CONTENT_MAX, pattern=NON_BLANK)
     kind: Kind
-    scope: Scope = Scope.COMPANY
+    scope: Scope = v.Scope.COMPANY.value
     stakeholders: Stakeholders = Field(default_factory=Stakeholders)
     importance: Int = Field(
         ge=min(v.Importance),
@@ -192,7 +199,7 @@ class MemoryCreate(Attribution):
     embedding: list[Float] | None = Field(None, min_length=1, max_length=v.EMBEDDING_MAX_DIM)
     embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
     replaces: Id | None = None
-    on_conflict: v.OnConflict = v.OnConflict.ASK
+    on_conflict: OnConflict = v.OnConflict.ASK.value
 
     @model_validator(mode="after")
     def _embedding_has_a_model(self) -> MemoryCreate:
@@ -256,7 +263,8 @@ class MemoryPublic(BaseModel):
     classes: list[str] = Field(default_factory=list, description="Asserted and inferred classes")
     statuses: dict[str, StatusValue] = Field(
         default_factory=dict,
-        description="targetStatus and budgetStatus (strings), budgetPercent and liveRank (numbers)",
+        description="Every :DerivedStatus of the ontology the rules concluded, by name: targetStatus and "
+        "budgetStatus (strings), budgetSpend, budgetPercent and liveRank (numbers)",
     )
     conflicts_with: list[str] = Field(default_factory=list)
     derived: list[Derived] = Field(default_factory=list)
@@ -359,7 +367,8 @@ class ContextItem(BaseModel):
     importance_name: str
     confidence: float
     statuses: dict[str, dict[str, Any]] = Field(
-        description="target: {status, metric, goal}; budget: {status, spend, cap, currency, percent}"
+        description="One block per :statusGroup of the ontology, fields by :statusField: "
+        "target: {status, metric, goal}; budget: {status, spend, cap, currency, percent}"
     )
     set_by: dict[str, str | None] = Field(description="source, actor and role of the write")
     set_at: str | None = Field(description="When the log recorded it")

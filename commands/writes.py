@@ -25,15 +25,15 @@ from projections.plan import no_facts
 from projections.progress import Progress
 from projections.stores import TenantStores
 from projections.tenant_graph import AlreadyApplied, Status, TenantGraph
-from projections.terms import e, memory_iri
 from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from schemas import payloads as ev
 from schemas.checks import Conflict, InvalidEvent
 from schemas.events import Actor, Event, Position
 from streams import codec
 from streams.embedder import Embedder
 from streams.ingest import prepare
 from streams.producer import EventProducer, EventTooLarge, encode_checked
-from streams.projector import INDEXED_EVENTS
+from streams.projector import reindexes
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +142,8 @@ class Commands:
     async def remember(
         self, tenant: str, memory: Mapping[str, Any], by: Attribution, *, wait: bool = False
     ) -> Accepted:
-        """A new memory (``memory`` holds MemoryRemembered's fields; ``memory_id`` is minted if absent)."""
-        if memory.get("replaces") is not None:
-            graph = await self.current(tenant)
-            if graph is None or not graph.objects(memory_iri(memory["replaces"]), e("memoryId")):
-                raise Invalid(f"replaces: unknown memory {memory['replaces']}", ("body", "replaces"))
+        """A new memory (``memory`` holds MemoryRemembered's fields; ``memory_id`` is minted if absent).
+        ``replaces`` names a memory it supersedes in the same event (unknown: refused)."""
         return await self.submit(tenant, "MemoryRemembered", memory, by, wait=wait)
 
     async def revise(
@@ -222,10 +219,10 @@ class Commands:
 
     # -- the one path ----------------------------------------------------------------------
     async def current(self, tenant: str) -> TenantGraph | None:
-        """The tenant's graph once it has what this process last appended for it (read-your-writes),
-        or None for a tenant with no events yet."""
+        """The tenant's graph once it has what this process last appended for it (read-your-writes,
+        at most ``wait_timeout_s``), or None for a tenant with no events yet."""
         pos = self.recent.get(tenant)
-        if pos is not None and self.progress.last_offset.get(pos[0], -1) < pos[1]:
+        if pos is not None and self.in_flight(tenant):
             await self.progress.wait_for(pos[0], pos[1], self.wait_timeout_s)
         return self.stores.get(tenant)
 
@@ -241,10 +238,10 @@ class Commands:
         self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
     ) -> Accepted:
         event = self.validated(by.envelope(event_type, tenant, payload))
-        graph = await self.current(tenant)
         try:
-            precheck(self.stores, event, graph)
+            await self.decide(event)
         except AlreadyApplied:
+            graph = self.stores.get(tenant)
             assert graph is not None
             return _answer_retry(event, graph)
         except Conflict as exc:
@@ -265,10 +262,28 @@ class Commands:
         await self._wait(event, pos)
         return Accepted(event.event_id, accepted.memory_id, pos.partition, pos.offset, applied=True)
 
+    async def decide(self, event: Event) -> None:
+        """Decide ``event`` as the projection will, against the tenant's facts now; if it is refused
+        while this process has a write to the tenant still in flight (a revision of a memory just
+        remembered), decide again once that write is applied. Valid writes never wait."""
+        graph = self.stores.get(event.tenant)
+        try:
+            precheck(self.stores, event, graph)
+        except (AlreadyApplied, Conflict):
+            raise
+        except PLAN_ERRORS:
+            if not self.in_flight(event.tenant):
+                raise
+            precheck(self.stores, event, await self.current(event.tenant))
+
+    def in_flight(self, tenant: str) -> bool:
+        pos = self.recent.get(tenant)
+        return pos is not None and self.progress.last_offset.get(pos[0], -1) < pos[1]
+
     def validated(self, envelope: dict[str, Any]) -> Event:
         """The event as the projector will see it: checked, embedded, decoded from its own bytes
         (so Avro defaults are filled in and a float is what a float32 holds)."""
-        good, bad = prepare([(0, envelope)], self.embedder)
+        good, bad = prepare([(0, envelope)], self.embedder, self.stores.knowledge)
         if bad:
             exc = bad[0][1]
             raise (TooLarge if isinstance(exc, EventTooLarge) else Invalid)(str(exc)) from exc
@@ -284,10 +299,7 @@ class Commands:
             raise NotInTime(f"accepted at {pos.partition}:{pos.offset} but not applied within {timeout}s")
         if handled.outcome.status is Status.REJECTED:
             raise Conflicting(f"rejected by the projection: {handled.outcome.reason}")
-        if (
-            isinstance(event.payload, INDEXED_EVENTS)
-            and await self.indexed.wait_for(pos.partition, pos.offset, timeout) is None
-        ):
+        if reindexes(event) and await self.indexed.wait_for(pos.partition, pos.offset, timeout) is None:
             raise NotInTime(f"applied at {pos.partition}:{pos.offset} but not searchable within {timeout}s")
 
 
@@ -304,7 +316,7 @@ def precheck(stores: TenantStores, event: Event, graph: TenantGraph | None) -> N
 
 
 def _memory_id(event: Event) -> str | None:
-    return getattr(event.payload, "memory_id", None)
+    return event.payload.memory_id if isinstance(event.payload, ev.MemoryEvent) else None
 
 
 def _answer_retry(event: Event, graph: TenantGraph) -> Accepted:

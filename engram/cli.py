@@ -80,6 +80,7 @@ async def _seed_demo(settings: Settings) -> None:
 
 
 def _produce(settings: Settings, args: argparse.Namespace) -> int:
+    from projections.knowledge import load_knowledge
     from streams.embedder import load_embedder
     from streams.ingest import produce_lines
     from streams.producer import EventProducer
@@ -90,9 +91,10 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
             "utf-8", "surrogateescape"
         )  # a line that is not UTF-8 fails alone, with its number
         embedder = None if args.no_embed else load_embedder(settings.embedder)
+        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         lines = [line.removesuffix("\r") for line in text.split("\n")]
         async with EventProducer(settings) as producer:
-            report = await produce_lines(producer, lines, embedder)
+            report = await produce_lines(producer, lines, embedder, knowledge)
         for line, reason in report.failed:
             print(f"{args.file}:{line}: {reason}", file=sys.stderr)
         print(f"produced {report.produced} events; {len(report.failed)} lines failed")
@@ -106,7 +108,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     import tempfile
 
     from projections.read import export_nquads
-    from schemas.events import parse_time
+    from schemas.checks import parse_time
     from streams.replay import replay_tenant
 
     as_of = round(parse_time(args.as_of, "--as-of").timestamp() * 1000) if args.as_of else None

@@ -20,9 +20,9 @@ import numpy as np
 from pyoxigraph import Literal, NamedNode
 
 from projections.indexes import TenantIndexes, memory_id_of
-from projections.ontology import Ontology, StatusGroup
+from projections.ontology import Ontology, StatusField, StatusGroup
 from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri
+from projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, Term, e, memory_iri
 from projections.visibility import MemoryFacts, Principal, local_name, memory_facts, with_display
 from schemas import vocabulary as v
 
@@ -76,7 +76,7 @@ def _number(term: Any) -> int | float | str:
     return str(term.value)
 
 
-def inferred_by_name(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
+def inferred_by_name(graph: TenantGraph, memory_id: str) -> dict[str, list[Term]]:
     out: dict[str, list[Any]] = {}
     for q in graph.store.quads_for_pattern(memory_iri(memory_id), None, None, INFERRED):
         if q.predicate.value.startswith(v.ENGRAM):
@@ -95,13 +95,17 @@ def statuses(graph: TenantGraph, m: MemoryFacts, derived: dict[str, list[Any]]) 
     status beside the asserted properties that explain it, e.g. target: status, metric, goal."""
     out: dict[str, Any] = {}
     for group in graph.knowledge.ontology.status_groups:
-        block = {}
-        for f in group.fields:
-            found = derived.get(f.name, []) if f.derived else _asserted(graph, m.id, f.iri)
-            block[f.field] = (found[0].value if f.text else _number(found[0])) if found else None
-        if block["status"] is not None:  # a group is shown when its status is known
-            out[group.name] = block
+        if _value(graph, m, derived, group.status) is None:  # a group is shown when its status is known
+            continue
+        out[group.name] = {f.field: _value(graph, m, derived, f) for f in group.fields}
     return out
+
+
+def _value(graph: TenantGraph, m: MemoryFacts, derived: dict[str, list[Any]], f: StatusField) -> Any:
+    found = derived.get(f.name, []) if f.derived else _asserted(graph, m.id, f.iri)
+    if not found:
+        return None
+    return found[0].value if f.as_text else _number(found[0])
 
 
 def _top_tier_ids(graph: TenantGraph, who: Principal) -> list[str]:
@@ -302,7 +306,7 @@ def _line_tokens(count: Callable[[str], int], line: str) -> int:
     return count(line)
 
 
-def render(ctx: dict[str, Any], groups: Sequence[StatusGroup] = ()) -> str:
+def render(ctx: dict[str, Any], groups: Sequence[StatusGroup]) -> str:
     """The bundle as markdown: what goes into the prompt."""
     lines = ["# Memory context", ""]
     for block in ctx["blocks"]:

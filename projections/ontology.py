@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,14 +26,15 @@ class StatusField:
     group: str | None  # the context bundle's block it is shown in ("target", "budget")
     field: str  # its name in that block
     order: int
-    text: bool  # rdfs:range xsd:string: shown as text, never read as a number
+    as_text: bool  # rdfs:range xsd:string: shown as text, never read as a number
 
 
 @dataclass(frozen=True)
 class StatusGroup:
     name: str
-    fields: tuple[StatusField, ...]  # in :statusOrder; the one named "status" decides presence
-    sentence: str | None  # the :statusText of the group's status property
+    status: StatusField  # the field named "status": the group is shown when it has a value
+    fields: tuple[StatusField, ...]  # in :statusOrder
+    sentence: str | None  # the :statusText of the group's status property, {field} placeholders
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def _status_fields(triples: list[Triple]) -> list[StatusField]:
                 group=d.get("statusGroup"),
                 field=d.get("statusField", name),
                 order=int(d.get("statusOrder", 0)),
-                text=d.get("range") == v.XSD + "string",
+                as_text=d.get("range") == v.XSD + "string",
             )
         )
     return sorted(fields, key=lambda f: (f.order, f.name))
@@ -127,9 +129,16 @@ def _status_groups(fields: list[StatusField], triples: list[Triple]) -> tuple[St
         if f.group is not None:
             groups.setdefault(f.group, []).append(f)
     out = []
-    for name, members in groups.items():
+    for name, members in sorted(groups.items()):  # groups in name order, fields in :statusOrder
         status = next((f for f in members if f.field == "status"), None)
         if status is None:
             raise ValueError(f"status group {name!r} has no field named 'status' (ontology :statusField)")
-        out.append(StatusGroup(name, tuple(members), texts.get(status.iri)))
-    return tuple(sorted(out, key=lambda g: min(f.iri for f in g.fields if f.field == "status")))
+        sentence = texts.get(status.iri)
+        named = {n for _, n, _, _ in string.Formatter().parse(sentence or "") if n is not None}
+        unknown = named - {f.field for f in members}
+        if unknown:
+            raise ValueError(
+                f"{status.iri} :statusText names {sorted(unknown)}, not fields of group {name!r}"
+            )
+        out.append(StatusGroup(name, status, tuple(members), sentence))
+    return tuple(out)

@@ -43,6 +43,16 @@ def node_violations(knowledge: Knowledge, delta: Delta, state: GraphState, subje
     return knowledge.shapes.validate(classes, facts, knowledge.ontology)
 
 
+def check_property_names(knowledge: Knowledge, event: Event) -> None:
+    """Refuse class properties named like what the projection writes or a rule concludes: the rules
+    are data (``ENGRAM_RULES_DIR``), so this is decided with the loaded knowledge, not in ``schemas``."""
+    p = event.payload
+    names = p.property_names() if isinstance(p, ev.MemoryEvent) else ()
+    reserved = [f"property name {name!r} is reserved by engram" for name in names if knowledge.reserved(name)]
+    if reserved:
+        raise InvalidEvent("; ".join(reserved))
+
+
 def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: GraphState) -> Delta:
     """``plan`` followed by the shapes of the memory it creates or revises."""
     p = event.payload
@@ -52,12 +62,9 @@ def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: 
             raise InvalidEvent(
                 f"memory_class {cls.removeprefix(v.ENGRAM)} is derived by the rules; it cannot be asserted"
             )
-    names = p.properties if isinstance(p, ev.MemoryRemembered) else getattr(p, "property_changes", {})
-    reserved = sorted(name for name in names if knowledge.reserved(name))
-    if reserved:
-        raise InvalidEvent(f"property name {reserved[0]!r} is reserved by engram: a rule derives it")
+    check_property_names(knowledge, event)
     delta = plan(event, position, state)
-    if isinstance(p, ev.MemoryRemembered | ev.MemoryRevised):
+    if isinstance(p, ev.MemoryEvent) and p.reshapes:
         violations = node_violations(knowledge, delta, state, memory_iri(p.memory_id))
         if violations:
             raise InvalidEvent("shape violations: " + "; ".join(violations))

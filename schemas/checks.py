@@ -64,7 +64,7 @@ def hostile_values(value: Any, where: str) -> Iterator[str]:
     and strings that are not valid Unicode (lone surrogates), anywhere."""
     if isinstance(value, float) and not math.isfinite(value):
         yield f"{where}: numbers must be finite, got {value!r}"
-    elif isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+    elif isinstance(value, int) and not isinstance(value, bool) and not v.LONG_MIN <= value <= v.LONG_MAX:
         yield f"{where}: integers must fit in 64 bits, got {show(value)}"
     elif isinstance(value, str):
         try:

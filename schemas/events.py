@@ -15,33 +15,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas import ENVELOPE_FILE, avro_dir
 from schemas import vocabulary as v
-from schemas.checks import Conflict, InvalidEvent, Problems, hostile_values, parse_time, show
-from schemas.payloads import EVENT_ID_NAMESPACE, Payload, mint_memory_id, payload_class
+from schemas.checks import InvalidEvent, Problems, hostile_values, parse_time, show
+from schemas.payloads import EVENT_ID_NAMESPACE, Payload, payload_class
 
-__all__ = [
-    "Actor",
-    "Conflict",
-    "Event",
-    "InvalidEvent",
-    "Position",
-    "content_digest",
-    "event_from_json",
-    "mint_memory_id",
-    "parse_time",
-    "validate",
-]
-
+# The JSON form: the Envelope's fields, with the payload's ``type`` beside it.
 ENVELOPE_FIELDS = (
     "type",
-    "tenant",
-    "source",
-    "actor",
-    "payload",
-    "event_id",
-    "occurred_at",
-    "purpose",
-    "correlation_id",
+    *(f["name"] for f in json.loads((avro_dir() / ENVELOPE_FILE).read_text())["fields"]),
 )
 REQUIRED_FIELDS = ("type", "tenant", "source", "actor", "payload")
 

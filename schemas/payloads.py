@@ -14,15 +14,14 @@ import math
 import types
 import typing
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from importlib import resources
-from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
+from schemas import ENVELOPE_FILE, avro_dir
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent, Problems, parse_time, show
 
@@ -30,13 +29,9 @@ FLOAT32_MAX = 3.4028234663852886e38  # an Avro float; beyond it a component woul
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c1a52-58a9-4f55-9d0e-0b1b8f4f2a11")
 
 
-def avro_dir() -> Path:
-    return Path(str(resources.files("schemas") / "avro"))
-
-
 def envelope_union() -> tuple[str, ...]:
     """The event types, in the Envelope's order: the branches of its ``payload`` union."""
-    envelope = json.loads((avro_dir() / f"{v.EVENT_NAMESPACE}.Envelope.avsc").read_text())
+    envelope = json.loads((avro_dir() / ENVELOPE_FILE).read_text())
     (union,) = (f["type"] for f in envelope["fields"] if f["name"] == "payload")
     return tuple(name.removeprefix(f"{v.EVENT_NAMESPACE}.") for name in union)
 
@@ -88,9 +83,26 @@ class Payload(Record):
         return dict(p)
 
 
-def _required(f: Any) -> bool:
-    from dataclasses import MISSING
+@dataclass(frozen=True, kw_only=True)
+class MemoryEvent(Payload):
+    """An event about one memory. What the projection does beside planning it is said here, once:
+    ``reshapes`` (it sets the memory's fields, so its shapes are checked), ``reindexes`` (it changes
+    what the search indexes hold of it)."""
 
+    memory_id: str
+    reshapes: ClassVar[bool] = False
+    reindexes: ClassVar[bool] = False
+
+    def property_names(self) -> Iterable[str]:
+        """The class properties this event writes (each must be a name engram does not reserve)."""
+        return ()
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("memory_id"), "memory_id")
+
+
+def _required(f: Field[Any]) -> bool:
     return f.default is MISSING and f.default_factory is MISSING
 
 
@@ -168,8 +180,10 @@ class Stakeholders(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryRemembered(Payload):
-    memory_id: str
+class MemoryRemembered(MemoryEvent):
+    reshapes: ClassVar[bool] = True
+    reindexes: ClassVar[bool] = True
+
     label: str
     content: str
     kind: v.Kind
@@ -185,9 +199,12 @@ class MemoryRemembered(Payload):
     replaces: str | None = None
     on_conflict: v.OnConflict = v.OnConflict.ASK
 
+    def property_names(self) -> Iterable[str]:
+        return self.properties.keys()
+
     @classmethod
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
-        c.id(p.get("memory_id"), "memory_id")
+        super().check(p, c)
         c.text(p.get("label"), "label", v.LABEL_MAX)
         c.text(p.get("content"), "content", v.CONTENT_MAX)
         c.one_of(p.get("kind"), v.Kind, "kind")
@@ -216,8 +233,7 @@ class MemoryRemembered(Payload):
             c.require(p.get("replaces") != p.get("memory_id"), "a memory cannot replace itself")
         c.one_of(p.get("on_conflict", v.OnConflict.ASK), v.OnConflict, "on_conflict")
         emb = p.get("embedding")
-        if emb is not None:
-            emb = _list(c, emb, "embedding")
+        if emb is not None and c.require(isinstance(emb, list | tuple), "embedding must be a list"):
             c.require(
                 len(emb) > 0 and p.get("embedding_model") is not None,
                 "an embedding needs a non-empty vector and embedding_model",
@@ -243,16 +259,21 @@ CLEARABLE_FIELDS: frozenset[str] = frozenset({"expires_at"})
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryRevised(Payload):
+class MemoryRevised(MemoryEvent):
     """Three states per field: a key absent is untouched, mapped to null is cleared, else set."""
 
-    memory_id: str
+    reshapes: ClassVar[bool] = True
+    reindexes: ClassVar[bool] = True
+
     changes: Properties = field(default_factory=lambda: types.MappingProxyType({}))
     property_changes: Properties = field(default_factory=lambda: types.MappingProxyType({}))
 
+    def property_names(self) -> Iterable[str]:
+        return self.property_changes.keys()
+
     @classmethod
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
-        c.id(p.get("memory_id"), "memory_id")
+        super().check(p, c)
         changes, props = _mapping(c, p, "changes"), _mapping(c, p, "property_changes")
         c.require(bool(changes) or bool(props), "a revision must change at least one field")
         for name, value in changes.items():
@@ -281,33 +302,26 @@ class MemoryRevised(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemorySuperseded(Payload):
-    memory_id: str
+class MemorySuperseded(MemoryEvent):
     superseded_by: str
 
     @classmethod
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
-        if c.id(p.get("memory_id"), "memory_id") & c.id(p.get("superseded_by"), "superseded_by"):
+        super().check(p, c)
+        if c.id(p.get("superseded_by"), "superseded_by") and v.full_match(v.ID_RE, p.get("memory_id")):
             c.require(p["memory_id"] != p["superseded_by"], "a memory cannot supersede itself")
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryRestored(Payload):
-    memory_id: str
-
-    @classmethod
-    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
-        c.id(p.get("memory_id"), "memory_id")
+class MemoryRestored(MemoryEvent):
+    """Undoes a supersession."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryForgotten(Payload):
-    memory_id: str
-    reason: str | None = None
+class MemoryForgotten(MemoryEvent):
+    reindexes: ClassVar[bool] = True  # its text and vector are erased
 
-    @classmethod
-    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
-        c.id(p.get("memory_id"), "memory_id")
+    reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -360,9 +374,13 @@ class StakeholderChanged(Payload):
             c.id(team, "team id")
 
 
+def _subclasses(cls: type[Payload]) -> list[type[Payload]]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
 def _registry() -> dict[str, type[Payload]]:
     """Every event type's class, found by name: a new event type is its Avro file and its class."""
-    classes = {cls.__name__: cls for cls in Payload.__subclasses__()}
+    classes = {cls.__name__: cls for cls in _subclasses(Payload)}
     missing = [name for name in EVENT_TYPES if name not in classes]
     if missing:  # fail at import, not on the first record of the new type
         raise ImportError(f"no payload class for the Envelope's {', '.join(missing)} (schemas/payloads.py)")

@@ -69,6 +69,10 @@ class Importance(IntEnum):
 
 EVENT_NAMESPACE: Final = "engram.events"
 
+# What Avro's long holds: an integer beyond it would become a double in a union (and lose digits).
+LONG_MIN: Final = -(2**63)
+LONG_MAX: Final = 2**63 - 1
+
 # Sizes, in characters (the API's request models and the domain checks read these).
 LABEL_MAX: Final = 512
 CONTENT_MAX: Final = 32_768

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +18,14 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
-from schemas.events import Event, InvalidEvent
+from schemas import ENVELOPE_FILE, avro_dir, history_dir
+from schemas.checks import InvalidEvent
+from schemas.events import Event
 
 MAGIC = b"\xc3\x01"
 HEADER_EVENT_TYPE = "event-type"
 HEADER_FINGERPRINT = "schema-fingerprint"
 HEADER_REASON = "dead-letter-reason"
-
-
-def avro_dir() -> Path:
-    return Path(str(resources.files("schemas") / "avro"))
 
 
 _fingerprints: dict[int, tuple[Any, bytes]] = {}
@@ -45,17 +42,13 @@ def schema_fingerprint(schema: Any) -> bytes:
 
 @cache
 def envelope_schema() -> Any:
-    return load_schema(avro_dir() / "engram.events.Envelope.avsc")
-
-
-def default_history_dir() -> Path:
-    return avro_dir() / "history"
+    return load_schema(avro_dir() / ENVELOPE_FILE)
 
 
 def history_schemas(directory: Path | None = None) -> dict[bytes, Any]:
     """The Envelope versions recorded under ``avro/history/`` (see ``streams.schema_history``), keyed by
     the fingerprint of their content (not their file name)."""
-    directory = directory or default_history_dir()
+    directory = directory or history_dir()
     known: dict[bytes, Any] = {}
     if directory.is_dir():
         for path in sorted(directory.glob("*.avsc")):
@@ -64,13 +57,13 @@ def history_schemas(directory: Path | None = None) -> dict[bytes, Any]:
     return known
 
 
-def writer_schemas(history_dir: Path | None = None) -> dict[bytes, Any]:
+def writer_schemas(directory: Path | None = None) -> dict[bytes, Any]:
     """Every schema an event may have been written with, by fingerprint: the history and the current
     Envelope (which wins for its own fingerprint). The package's history is read once; another
-    ``history_dir`` is read afresh on every call."""
-    if history_dir is None:
+    ``directory`` is read afresh on every call."""
+    if directory is None:
         return _writer_schemas()
-    return {**history_schemas(history_dir), schema_fingerprint(envelope_schema()): envelope_schema()}
+    return {**history_schemas(directory), schema_fingerprint(envelope_schema()): envelope_schema()}
 
 
 @cache

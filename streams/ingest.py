@@ -8,7 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from schemas.events import Event, InvalidEvent, event_from_json
+from projections.knowledge import Knowledge
+from projections.validation import check_property_names
+from schemas.checks import InvalidEvent
+from schemas.events import Event, event_from_json
 from schemas.payloads import MemoryRemembered
 from streams.embedder import Embedder, embedding_text
 from streams.producer import EventProducer, encode_checked
@@ -29,15 +32,15 @@ class IngestReport:
 EMBED_BATCH = 64
 
 
-Numbered = list[tuple[int, Any]]
+NumberedObjects = list[tuple[int, Any]]  # (line number, a parsed JSON value)
 
 
 def parse_lines(
-    lines: Iterable[str], embedder: Embedder | None = None
+    lines: Iterable[str], embedder: Embedder | None = None, knowledge: Knowledge | None = None
 ) -> tuple[list[tuple[int, Event]], list[tuple[int, str]]]:
     """Events from the good lines and (line number, reason) for every bad one; blank lines are
     skipped. A good line passed every check a producer makes (see ``prepare``)."""
-    objects: Numbered = []
+    objects: NumberedObjects = []
     bad: list[tuple[int, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -48,22 +51,26 @@ def parse_lines(
             bad.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
         except InvalidEvent as exc:
             bad.append((number, str(exc)))
-    good, refused = prepare(objects, embedder)
+    good, refused = prepare(objects, embedder, knowledge)
     return good, sorted([*bad, *((number, str(exc)) for number, exc in refused)])
 
 
 def prepare(
-    objects: Numbered, embedder: Embedder | None = None
+    objects: NumberedObjects, embedder: Embedder | None = None, knowledge: Knowledge | None = None
 ) -> tuple[list[tuple[int, Event]], list[tuple[int, InvalidEvent]]]:
-    """Events from JSON objects, each checked as every writer checks it (the domain rules, the Avro
-    schema, the log's size limit), so producing one cannot fail on its content. With an
-    ``embedder``, a new memory without an embedding gets one (in batches), after its event id was
-    derived from the object as written. The API's commands and ``engram produce`` both use this."""
+    """Events from JSON objects, each checked as every writer checks it (the domain rules, with
+    ``knowledge`` the property names the rules reserve, the Avro schema, the log's size limit), so
+    producing one cannot fail on its content. With an ``embedder``, a new memory without an
+    embedding gets one (in batches), after its event id was derived from the object as written.
+    The API's commands and ``engram produce`` both use this."""
     built: list[tuple[int, Event]] = []
     bad: list[tuple[int, InvalidEvent]] = []
     for number, obj in objects:
         try:
-            built.append((number, event_from_json(obj)))
+            event = event_from_json(obj)
+            if knowledge is not None:
+                check_property_names(knowledge, event)
+            built.append((number, event))
         except InvalidEvent as exc:
             bad.append((number, exc))
     if embedder is not None:
@@ -111,9 +118,12 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 async def produce_lines(
-    producer: EventProducer, lines: Iterable[str], embedder: Embedder | None = None
+    producer: EventProducer,
+    lines: Iterable[str],
+    embedder: Embedder | None = None,
+    knowledge: Knowledge | None = None,
 ) -> IngestReport:
-    good, bad = parse_lines(lines, embedder)
+    good, bad = parse_lines(lines, embedder, knowledge)
     report = IngestReport(failed=bad)
     chunk = 1000
     for start in range(0, len(good), chunk):

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaProducer
 
 from engram.settings import Settings
-from schemas.events import Event, InvalidEvent, Position
+from schemas.checks import InvalidEvent
+from schemas.events import Event, Position
 from streams import codec
 
 # aiokafka's max_request_size and the broker's message.max.bytes are both about 1 MiB; an event

@@ -25,7 +25,8 @@ from projections.tenant_graph import Outcome, Status
 from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
 from schemas import payloads as ev
 from schemas import vocabulary as v
-from schemas.events import InvalidEvent, Position, validate
+from schemas.checks import InvalidEvent
+from schemas.events import Event, Position, validate
 from streams import codec
 from streams.indexer import Indexer
 from streams.topics import DEAD_LETTER_MAX_BYTES
@@ -53,8 +54,10 @@ class Result:
     memory_ids: tuple[str, ...] = ()  # memories whose searchable text or vector the event changed
 
 
-# The events that change what the search indexes hold of a memory (text, vector, or erasure).
-INDEXED_EVENTS = (ev.MemoryRemembered, ev.MemoryRevised, ev.MemoryForgotten)
+def reindexes(event: Event) -> str | None:
+    """The memory whose searchable text or vector ``event`` changes, if any."""
+    p = event.payload
+    return p.memory_id if isinstance(p, ev.MemoryEvent) and p.reindexes else None
 
 
 def record_tenant(key: bytes | None) -> str | None:
@@ -101,8 +104,8 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
     outcome = graph.apply(event, record.position)
     if outcome.status is Status.REJECTED:
         await dead_letter(record.key, record.value, record.headers, outcome.reason or "rejected")
-    touched = outcome.status is Status.APPLIED and isinstance(event.payload, INDEXED_EVENTS)
-    return Result(tenant, outcome, (event.payload.memory_id,) if touched else ())  # type: ignore[attr-defined]
+    touched = reindexes(event) if outcome.status is Status.APPLIED else None
+    return Result(tenant, outcome, (touched,) if touched else ())
 
 
 MAX_ATTEMPTS = 5

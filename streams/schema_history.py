@@ -21,24 +21,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 
-ENVELOPE = "engram.events.Envelope.avsc"
+import schemas
+
 FIX = "run `engram schema-history` and commit schemas/avro/history/"
-
-
-def default_schema_dir() -> Path:
-    """``schemas/avro`` where the code runs from (as ``streams.codec.avro_dir``, without importing the
-    codec and so the event model: this tool needs only the schema files)."""
-    return Path(str(resources.files("schemas") / "avro"))
-
-
-def default_history_dir() -> Path:
-    return default_schema_dir() / "history"
 
 
 def _plain(node: Any) -> Any:
@@ -58,12 +48,12 @@ def entry_for(schema: Any) -> tuple[str, str]:
 
 def current_entry(schema_dir: Path | None = None) -> tuple[str, str]:
     """The current Envelope (from ``schema_dir``, default the package's): fingerprint and file text."""
-    return entry_for(load_schema(str((schema_dir or default_schema_dir()) / ENVELOPE)))
+    return entry_for(load_schema(str((schema_dir or schemas.avro_dir()) / schemas.ENVELOPE_FILE)))
 
 
 def recorded(history_dir: Path | None = None) -> set[str]:
     """The fingerprints the history holds (by file name)."""
-    directory = history_dir or default_history_dir()
+    directory = history_dir or schemas.history_dir()
     return {p.stem for p in directory.glob("*.avsc")} if directory.is_dir() else set()
 
 
@@ -75,7 +65,7 @@ def missing(history_dir: Path | None = None, schema_dir: Path | None = None) -> 
 
 def record(history_dir: Path | None = None, schema_dir: Path | None = None) -> Path | None:
     """Add the current Envelope to the history; the new file, or ``None`` if it was there already."""
-    directory = history_dir or default_history_dir()
+    directory = history_dir or schemas.history_dir()
     fp, text = current_entry(schema_dir)
     target = directory / f"{fp}.avsc"
     if target.exists():
@@ -96,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--schema-dir", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--history-dir", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    history = args.history_dir or default_history_dir()
+    history = args.history_dir or schemas.history_dir()
     if args.check:
         lacking = missing(history, args.schema_dir)
         if lacking:

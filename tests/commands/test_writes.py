@@ -70,6 +70,21 @@ def test_every_command_is_applied_and_answered(settings: Settings) -> None:
     run(settings, scenario)
 
 
+def test_a_write_that_names_one_still_in_flight_is_decided_once_that_is_applied(settings: Settings) -> None:
+    """A revision sent right after its memory (neither waiting) is accepted, not refused as unknown."""
+
+    async def scenario(rt: Runtime) -> None:
+        c = rt.commands
+        for i in range(5):
+            await c.remember("acme", memory(memory_id=f"m{i}"), OPERATOR)
+            revised = await c.revise("acme", f"m{i}", OPERATOR, changes={"label": f"v{i}"}, wait=True)
+            assert revised.applied
+            graph = rt.stores.get("acme")
+            assert graph is not None and get_memory(graph, f"m{i}")["label"] == f"v{i}"  # type: ignore[index]
+
+    run(settings, scenario)
+
+
 def test_refusals_carry_their_status_and_nothing_reaches_the_log(settings: Settings) -> None:
     async def scenario(rt: Runtime) -> None:
         c = rt.commands

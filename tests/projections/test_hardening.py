@@ -23,7 +23,8 @@ from projections.stores import TenantStores
 from projections.tenant_graph import Status, TenantGraph
 from projections.terms import ASSERTED, CLOCK, INFERRED, e, time_literal
 from projections.terms import value_literal as literal_of
-from schemas.events import Actor, Event, InvalidEvent, Position, event_from_json
+from schemas.checks import InvalidEvent
+from schemas.events import Actor, Event, Position, event_from_json
 from streams import codec, projector
 from streams.ingest import parse_lines
 from streams.producer import MAX_EVENT_BYTES

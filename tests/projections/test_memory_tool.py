@@ -17,7 +17,8 @@ from projections.memory_tool import memory_tool
 from projections.plan import no_facts
 from projections.validation import checked_plan
 from schemas import vocabulary as v
-from schemas.events import InvalidEvent, Position
+from schemas.checks import InvalidEvent
+from schemas.events import Position
 from tests.factories import event
 
 KNOWLEDGE = load_knowledge()

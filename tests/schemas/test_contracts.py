@@ -13,16 +13,19 @@ import pytest
 from api.models import KpiCreate, MemoryCreate, RecallRequest
 from projections.knowledge import load_knowledge
 from projections.memory_tool import memory_tool
-from projections.plan import PLANNERS
+from projections.plan import FIELD_PREDICATES, PLANNERS, FactSet
+from projections.validation import checked_plan
+from schemas import avro_dir
 from schemas import payloads as ev
 from schemas import vocabulary as v
-from tests.factories import EXAMPLES
+from schemas.events import Position
+from tests.factories import EXAMPLES, event, remembered
 
 MISSING = object()
 
 
 def avro(name: str) -> dict[str, Any]:
-    return json.loads((ev.avro_dir() / f"{v.EVENT_NAMESPACE}.{name}.avsc").read_text())
+    return json.loads((avro_dir() / f"{v.EVENT_NAMESPACE}.{name}.avsc").read_text())
 
 
 def dataclass_default(f: dataclasses.Field) -> Any:
@@ -118,3 +121,33 @@ def test_an_event_type_without_a_class_fails_at_import(monkeypatch: pytest.Monke
     monkeypatch.setattr(ev, "EVENT_TYPES", (*ev.EVENT_TYPES, "BudgetRaised"))
     with pytest.raises(ImportError, match="no payload class for the Envelope's BudgetRaised"):
         ev._registry()
+
+
+def test_a_revision_can_set_exactly_the_fields_the_projection_maps() -> None:
+    assert set(FIELD_PREDICATES) == set(ev.REVISABLE_FIELDS)
+
+
+def test_the_predicates_engram_reserves_are_the_ones_the_projection_writes() -> None:
+    """Every event about a memory, applied: what it wrote on the memory, less its class properties."""
+    state, written = FactSet(), set()
+    steps = [
+        ("MemoryRemembered", EXAMPLES["MemoryRemembered"]),
+        ("MemoryRemembered", {**EXAMPLES["MemoryRemembered"], "memory_id": "m2", "replaces": "m1"}),
+        ("MemoryRemembered", remembered("m3", scope="user", stakeholders={"user_id": "sam"})),
+        ("MemoryRestored", {"memory_id": "m1"}),
+        ("MemoryRevised", EXAMPLES["MemoryRevised"]),
+        ("MemorySuperseded", EXAMPLES["MemorySuperseded"]),
+        ("MemoryForgotten", EXAMPLES["MemoryForgotten"]),
+    ]
+    properties = set(EXAMPLES["MemoryRemembered"]["properties"]) | set(
+        EXAMPLES["MemoryRevised"]["property_changes"]
+    )
+    for offset, (etype, payload) in enumerate(steps):
+        delta = checked_plan(load_knowledge(), event(etype, payload), Position(0, offset), state)
+        state.apply(delta)
+        written |= {
+            q.predicate.value.removeprefix(v.ENGRAM)
+            for q in delta.adds
+            if q.subject.value.startswith("urn:engram:memory:") and q.predicate.value.startswith(v.ENGRAM)
+        }
+    assert written - properties == v.MEMORY_PREDICATES

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.events import InvalidEvent, event_from_json, mint_memory_id
+from schemas.checks import InvalidEvent
+from schemas.events import event_from_json
+from schemas.payloads import mint_memory_id
 from streams.ingest import parse_lines
 from tests.factories import envelope, remembered
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastavro.schema import load_schema, parse_schema
 
+from schemas import ENVELOPE_FILE, avro_dir, history_dir, payloads
 from schemas.events import Event
 from streams import codec, schema_history
 from tests.factories import EXAMPLES, event
@@ -21,8 +22,7 @@ def _branches(envelope: dict) -> dict[str, dict]:
     return {b["name"].rsplit(".", 1)[-1]: b for b in union}
 
 
-# Every event type is a branch of the current Envelope's payload union.
-EVENT_TYPES = tuple(_branches(codec.envelope_schema()))
+EVENT_TYPES = payloads.EVENT_TYPES  # the branches of the current Envelope's payload union
 
 
 @pytest.mark.parametrize("event_type", EVENT_TYPES)
@@ -58,11 +58,11 @@ def test_single_object_framing_and_headers() -> None:
 def _older_envelope() -> dict:
     """The Envelope as an earlier release wrote it: no correlation_id, a KpiObserved without period,
     and fewer payload types. Built from the current file so the test follows the real schema."""
-    raw = json.loads((codec.avro_dir() / "engram.events.Envelope.avsc").read_text())
+    raw = json.loads((avro_dir() / ENVELOPE_FILE).read_text())
     raw["fields"] = [f for f in raw["fields"] if f["name"] != "correlation_id"]
     named = {}
     for name in ("Actor", "Source", "KpiObserved", "ClockTicked"):
-        named[name] = json.loads((codec.avro_dir() / f"engram.events.{name}.avsc").read_text())
+        named[name] = json.loads((avro_dir() / f"engram.events.{name}.avsc").read_text())
     kpi = copy.deepcopy(named["KpiObserved"])
     kpi["fields"] = [f for f in kpi["fields"] if f["name"] != "period"]
     payload = next(f for f in raw["fields"] if f["name"] == "payload")
@@ -126,7 +126,7 @@ HISTORY_FIX = "run `engram schema-history` and commit schemas/avro/history/"
 
 
 def _history_files() -> list[Path]:
-    return sorted(codec.default_history_dir().glob("*.avsc"))
+    return sorted(history_dir().glob("*.avsc"))
 
 
 def _assert_same_record(decoded: Event, original: Event, writer: dict) -> None:
@@ -180,16 +180,16 @@ def test_an_evolved_envelope_is_readable_only_once_recorded(
     `record()` puts the new version in the history, and recording is idempotent."""
     schemas, history = tmp_path / "avro", tmp_path / "avro" / "history"
     schemas.mkdir()
-    for src in codec.avro_dir().glob("*.avsc"):
+    for src in avro_dir().glob("*.avsc"):
         shutil.copy(src, schemas / src.name)
     for src in _history_files():  # the history as released
         history.mkdir(exist_ok=True)
         shutil.copy(src, history / src.name)
-    raw = json.loads((schemas / schema_history.ENVELOPE).read_text())
+    raw = json.loads((schemas / ENVELOPE_FILE).read_text())
     raw["fields"].insert(-1, {"name": "trace_id", "type": ["null", "string"], "default": None})
-    (schemas / schema_history.ENVELOPE).write_text(json.dumps(raw))
+    (schemas / ENVELOPE_FILE).write_text(json.dumps(raw))
 
-    evolved = load_schema(str(schemas / schema_history.ENVELOPE))
+    evolved = load_schema(str(schemas / ENVELOPE_FILE))
     fp, text = schema_history.current_entry(schemas)
     assert fp != codec.schema_fingerprint(codec.envelope_schema()).hex()
     original = event("KpiObserved", dict(EXAMPLES["KpiObserved"]))

@@ -102,7 +102,7 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
         # Records handled before the kill but not yet committed come again and are skipped; how many
         # depends on where the kill fell against Faust's one-second offset commit (none, if it fell
         # while the agent was idle after a commit), so this only reports them. Skipping by the
-        # checkpoint is asserted deterministically in tests/unit/test_graph_projection.py; here
+        # checkpoint is asserted deterministically in tests/projections/test_tenant_graph.py; here
         # the per-tenant counts and the replay below prove nothing was lost or applied twice.
         print({"applied_at_kill": applied_at_kill, "after_restart": ready["handled"]})
         assert sum(ready["handled"].values()) + applied_at_kill >= len(events), ready
