@@ -301,6 +301,7 @@ class Readiness(BaseModel):
 
 
 # -- recall and context -------------------------------------------------------------------------
+QUERY_MAX = 4096  # characters of a recall or context query
 Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
 ClassName = Annotated[StrictStr, Field(max_length=1024, pattern=CLASS_PATTERN)]
 
@@ -310,7 +311,7 @@ class RecallRequest(EdgeModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    q: StrictStr = Field(min_length=1, max_length=4096, pattern=NON_BLANK, description="The query text")
+    q: StrictStr = Field(min_length=1, max_length=QUERY_MAX, pattern=NON_BLANK, description="The query text")
     limit: Int = Field(10, ge=1, le=100)
     budget_tokens: Int | None = Field(
         None, ge=1, le=1_000_000, description="Pack the best results into this many tokens (label + content)"

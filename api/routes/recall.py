@@ -13,6 +13,7 @@ from api.deps import CurrentPrincipal, CurrentRuntime, SearchStore, TenantId
 from api.errors import problem, responses
 from api.models import (
     CLASS_PATTERN,
+    QUERY_MAX,
     ContextAnswer,
     Fusion,
     Kind,
@@ -115,7 +116,7 @@ async def recall_get(
     runtime: CurrentRuntime,
     who: CurrentPrincipal,
     response: Response,
-    q: Annotated[str, Query(min_length=1, max_length=4096)],
+    q: Annotated[str, Query(min_length=1, max_length=QUERY_MAX)],
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
     budget_tokens: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
     kind: Annotated[list[Kind], Query(max_length=4)] = [],  # noqa: B006
@@ -163,7 +164,7 @@ async def context(
     runtime: CurrentRuntime,
     who: CurrentPrincipal,
     response: Response,
-    q: Annotated[str | None, Query(max_length=4096)] = None,
+    q: Annotated[str | None, Query(max_length=QUERY_MAX)] = None,
     after: Position = None,
 ) -> ContextAnswer:
     """What an agent pre-loads each turn: every top-tier memory the principal may see, whatever

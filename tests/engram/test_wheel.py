@@ -10,7 +10,8 @@ from pathlib import Path
 
 from engram.settings import REPO
 
-PACKAGES = ("engram", "schemas", "streams", "projections", "api")
+# every top-level package of the source tree (the tests aside), so a new one cannot be left out
+PACKAGES = tuple(sorted(p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name != "tests"))
 DATA = (
     "ontology/*.ttl",
     "rules/*.dlog",
