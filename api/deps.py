@@ -6,8 +6,10 @@ import re
 import uuid
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Path, Query, Request
+from fastapi import Depends, Header, HTTPException, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.auth import BadToken, Verifier
 from api.errors import problem
 from api.models import anchored
 from api.runtime import Runtime
@@ -90,25 +92,40 @@ def event_id_for(tenant: str, key: str | None, given: uuid.UUID | None) -> uuid.
 
 
 # -- the principal -----------------------------------------------------------------------------
-Teams = Annotated[
-    list[Annotated[str, Query(max_length=128)]],
-    Query(max_length=64, description="The user's teams: repeated, or comma separated"),
-]
+bearer = HTTPBearer(auto_error=False, description="A JWT minted by `engram token` (or your issuer)")
+
+
+def get_verifier(request: Request) -> Verifier:
+    return request.app.state.verifier  # type: ignore[no-any-return]
 
 
 def get_principal(
-    user: Annotated[
-        str | None, Query(max_length=128, pattern=anchored(v.ID_RE.pattern), description="Who is asking")
-    ] = None,
-    teams: Teams = [],  # noqa: B006 (FastAPI copies defaults)
+    tenant: TenantId,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    verifier: Annotated[Verifier, Depends(get_verifier)],
 ) -> Principal:
-    """Who is asking. Until bearer tokens land this is what the request names; every read that
-    filters by visibility takes it from here, so tokens replace this one function."""
-    names = [t.strip() for item in teams for t in item.split(",") if t.strip()]
-    for name in names:
-        if not v.full_match(v.ID_RE, name):
-            raise problem(422, f"not a team id: {name[:64]!r}", ["query", "teams"], "string_pattern_mismatch")
-    return Principal(user=user, teams=frozenset(names))
+    """Who is asking, from the bearer token; every tenant route depends on this (the routers
+    declare it), so none reads a header itself. A token for another tenant is answered exactly as
+    a tenant that does not exist would be: a tenant's existence never leaks."""
+    if credentials is None:
+        raise unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+    try:
+        claims = verifier.verify(credentials.credentials)
+    except BadToken as exc:
+        raise unauthorized(str(exc)) from exc
+    if claims.tenant != tenant:
+        raise tenant_not_found(tenant)
+    return claims.principal
+
+
+def unauthorized(reason: str) -> HTTPException:
+    exc: HTTPException = problem(401, reason, ["header", "Authorization"], "unauthorized")
+    exc.headers = {"WWW-Authenticate": "Bearer"}
+    return exc
+
+
+def tenant_not_found(tenant: str) -> HTTPException:
+    return problem(404, f"tenant {tenant} not found", ["path", "tenant"])  # type: ignore[no-any-return]
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import errors
+from api.auth import Verifier
 from api.limits import AllowedHosts, RequestLimits
 from api.routes import graph, health, kpis, memories, recall
 from api.runtime import running
@@ -31,6 +32,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
         responses=errors.responses(400, 408, 413, 431),  # any request: Host, body time and size, head size
     )
+    app.state.verifier = Verifier(settings)
     for router in (health.router, memories.router, kpis.router, graph.router, recall.router):
         app.include_router(router)
     errors.install(app)

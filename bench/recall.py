@@ -97,7 +97,7 @@ def quality(base: Settings, chats: list[Chat], events: list[Event], root: Path) 
         ingest_s = time.perf_counter() - started
         say(f"quality: {len(events)} turns applied and indexed in {ingest_s:.1f}s")
         table: dict[str, Any] = {}
-        client = httpx.Client(timeout=60)
+        client = httpx.Client(timeout=60, auth=server.http.auth)
         for fusion in FUSIONS:
             scores = []
             for chat in chats:
@@ -222,20 +222,20 @@ def latency(base: Settings, n: int, pool: list[Event], questions: list[str], roo
     server = Server(settings, root / f"latency-{n}.log").start()
     try:
         server.wait_ready(timeout=600)
-        client = httpx.Client(timeout=60)
+        client = httpx.Client(timeout=60, auth=server.http.auth)
         url = f"{server.url}/v1/tenants/big"
         for q in questions[:10]:  # warm up
             client.post(f"{url}/recall", json={"q": q})
         rec, rec_embed, ctx, ctx_embed = [], [], [], []
         for i, q in enumerate(questions):
-            who = {"user": f"u{i % 500}", "teams": f"team{i % 50}"}
+            who = server.bearer("big", role="user", user=f"u{i % 500}", teams=[f"team{i % 50}"])
             t0 = time.perf_counter()
-            r = client.post(f"{url}/recall", params=who, json={"q": q})
+            r = client.post(f"{url}/recall", headers=who, json={"q": q})
             rec.append((time.perf_counter() - t0) * 1e3)
             r.raise_for_status()
             rec_embed.append(_phase(r, "embed"))
             t0 = time.perf_counter()
-            r = client.get(f"{url}/context", params={**who, "q": q})
+            r = client.get(f"{url}/context", headers=who, params={"q": q})
             ctx.append((time.perf_counter() - t0) * 1e3)
             r.raise_for_status()
             ctx_embed.append(_phase(r, "embed"))

@@ -98,7 +98,7 @@ def main() -> None:
             handled = server.readyz()["handled"]
 
             latencies = []
-            with httpx.Client(base_url=server.url, timeout=60) as client:
+            with httpx.Client(base_url=server.url, timeout=60, auth=server.http.auth) as client:
                 for i in range(args.writes):
                     body = {
                         "source": "agent",

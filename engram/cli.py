@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engram.logs import setup_logging
 from engram.settings import Settings, load_settings
+from schemas.vocabulary import Role
 
 log = logging.getLogger("engram.cli")
 
@@ -64,19 +65,28 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _seed_demo(settings: Settings) -> None:
+    from api.auth import mint
+    from projections.knowledge import load_knowledge
     from streams.embedder import load_embedder
     from streams.ingest import produce_lines
     from streams.producer import EventProducer
 
     if (settings.tenants_dir / "acme").exists():
         log.info("demo tenant acme already present; not seeding again")
-        return
-    lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
-    async with EventProducer(settings) as producer:
-        report = await produce_lines(producer, lines, load_embedder(settings.embedder))
-    log.info("seeded demo tenant acme with %d events", report.produced)
+    else:
+        lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
+        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+        async with EventProducer(settings) as producer:
+            report = await produce_lines(producer, lines, load_embedder(settings.embedder), knowledge)
+        log.info("seeded demo tenant acme with %d events", report.produced)
     base = f"http://{settings.api_host}:{settings.api_port}"
-    print(f"\nengram is up on {base}; try:\n  curl -s {base}/v1/tenants/acme/memories\n", flush=True)
+    token = mint(settings, "acme", role="operator", user="dana", ttl_s=86400)
+    print(
+        f"\nengram is up on {base}. A demo token (acme's operator dana, valid 24 h; mint others with "
+        f"`engram token`):\n  export TOKEN={token}\ntry:\n"
+        f'  curl -s -H "Authorization: Bearer $TOKEN" {base}/v1/tenants/acme/memories\n',
+        flush=True,
+    )
 
 
 def _produce(settings: Settings, args: argparse.Namespace) -> int:
@@ -165,6 +175,41 @@ def _rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def ttl_seconds(text: str) -> float:
+    """``90s``, ``15m``, ``1h``, ``7d`` (or plain seconds) as seconds."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in TTL_UNITS else (text, "s")
+    try:
+        seconds = float(number) * TTL_UNITS[unit]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 15m, 1h, 7d)") from exc
+    if not 0 < seconds <= 366 * 86400:
+        raise argparse.ArgumentTypeError(f"a token lives more than 0 s and at most 366 days, not {text!r}")
+    return seconds
+
+
+def _token(settings: Settings, args: argparse.Namespace) -> int:
+    """Mint an HS256 bearer token with this deployment's secret (ENGRAM_AUTH_SECRET or the data
+    directory's auth-secret), for the embedded default and for tests."""
+    from api.auth import mint
+
+    teams = [t.strip() for t in (args.teams or "").split(",") if t.strip()]
+    print(
+        mint(
+            settings,
+            args.tenant,
+            role=args.role,
+            user=args.user,
+            teams=teams,
+            on_behalf_of=args.on_behalf_of,
+            ttl_s=args.ttl,
+        )
+    )
+    return 0
+
+
 def _schema_history(settings: Settings, args: argparse.Namespace) -> int:
     from streams import schema_history
 
@@ -219,6 +264,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ri.add_argument("tenant")
 
+    tk = sub.add_parser("token", help="mint a bearer token (HS256, this deployment's secret)")
+    tk.add_argument("tenant")
+    tk.add_argument("--role", required=True, choices=[r.value for r in Role])
+    tk.add_argument(
+        "--user", required=True, help="the token's subject: a user (or an agent's, a pipeline's id)"
+    )
+    tk.add_argument("--teams", help="the user's teams, comma separated")
+    tk.add_argument(
+        "--on-behalf-of", help="an agent's token: the user it acts for (required for --role agent)"
+    )
+    tk.add_argument("--ttl", type=ttl_seconds, default=3600.0, help="lifetime: 90s, 15m, 1h (default), 7d")
+
     sh = sub.add_parser(
         "schema-history",
         help="record the current Envelope schema in schemas/avro/history/ (run after editing a schema)",
@@ -242,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "replay": _replay,
         "rebuild-index": _rebuild_index,
         "schema-history": _schema_history,
+        "token": _token,
         "bench": _bench,
     }
     try:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
+from api.auth import mint
 from engram.settings import Settings, load_settings
 
 
@@ -50,19 +55,48 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_WAIT_TIMEOUT_S": str(settings.wait_timeout_s),
         "ENGRAM_CACHE_DIR": str(settings.cache_dir),
         "ENGRAM_LOG_LEVEL": settings.log_level,
+        **({"ENGRAM_AUTH_SECRET": settings.auth_secret} if settings.auth_secret else {}),
     }
 
 
+TENANT_IN_PATH = re.compile(r"^/v1/tenants/([^/]+)")
+
+
+class OperatorAuth(httpx.Auth):
+    """Signs every request to a tenant's routes as that tenant's operator (``dana``), unless the
+    request carries its own Authorization: tests and benchmarks speak as an operator by default."""
+
+    def __init__(self, settings: Settings, user: str = "dana") -> None:
+        self.settings, self.user = settings, user
+
+    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+        found = TENANT_IN_PATH.match(request.url.path)
+        if found and "authorization" not in request.headers:
+            tenant = unquote(found.group(1))
+            token = mint(self.settings, tenant, role="operator", user=self.user) if tenant else ""
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
 class Server:
-    """`engram serve` (API + embedded projector) as a real child process on its own port."""
+    """`engram serve` (API + embedded projector) as a real child process on its own port.
+
+    ``http`` is a client that speaks as each tenant's operator; ``bearer`` mints the header of any
+    other principal."""
 
     def __init__(self, settings: Settings, log_path: Path) -> None:
         self.settings = settings
         self.log_path = log_path
         self.url = f"http://127.0.0.1:{settings.api_port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.http = httpx.Client(auth=OperatorAuth(settings), timeout=60)
+
+    def bearer(self, tenant: str, *, role: str = "user", user: str = "dana", **claims: Any) -> dict[str, str]:
+        """The Authorization header of a principal of ``tenant`` (see ``api.auth.mint``)."""
+        return {"Authorization": f"Bearer {mint(self.settings, tenant, role=role, user=user, **claims)}"}
 
     def start(self) -> Server:
+        self.settings.token_secret()  # made before the server starts, so both sides sign alike
         env = {**os.environ, **settings_env(self.settings)}
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(

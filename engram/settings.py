@@ -6,6 +6,7 @@ broker, topic prefix and data directory.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from pathlib import Path
 
@@ -57,6 +58,15 @@ class Settings(BaseSettings):
         0.5, ge=0, le=1, description="Least confidence of a top-tier memory in the context."
     )
     log_level: str = Field("INFO", description="Log level of engram's loggers.")
+    auth_secret: str | None = Field(
+        None,
+        description="HS256 secret of bearer tokens; unset: one is generated in <data dir>/auth-secret.",
+    )
+    auth_public_key: Path | None = Field(
+        None, description="PEM public key: bearer tokens are RS256/ES256 signed by its private key."
+    )
+    auth_jwks: Path | None = Field(None, description="JWKS file: bearer tokens signed by one of its keys.")
+    auth_issuer: str = Field("engram", description="The `iss` every bearer token must carry.")
 
     @property
     def allowed_host_list(self) -> list[str]:
@@ -77,6 +87,17 @@ class Settings(BaseSettings):
     @property
     def tenants_dir(self) -> Path:
         return self.data_dir / "tenants"
+
+    def token_secret(self) -> str:
+        """The HS256 secret: ENGRAM_AUTH_SECRET, or one made once per data directory (mode 0600)."""
+        if self.auth_secret:
+            return self.auth_secret
+        path = self.data_dir / "auth-secret"
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(48))
+        return path.read_text().strip()
 
     def projector_group(self) -> str:
         """The projector's consumer group: the prefix plus the id of this data directory.

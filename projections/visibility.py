@@ -1,7 +1,6 @@
 """Who may see a memory, and the facts recall and context decide on, read from the graph.
 
-Until bearer tokens land (the governance issue), the principal is the ``user`` and ``teams`` a
-request names; one API dependency builds it, so switching to tokens changes that one place.
+The principal comes from the request's bearer token (``api/auth.py``), through one dependency.
 """
 
 from __future__ import annotations
@@ -18,10 +17,18 @@ from schemas import vocabulary as v
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is asking: a user of the tenant and their teams (none: company memories only)."""
+    """Who is asking: a user of the tenant and their teams (none: company memories only), with
+    the role of the token; ``subject`` is the caller itself (an agent's own id; else the user)."""
 
     user: str | None = None
     teams: frozenset[str] = frozenset()
+    role: str = "user"
+    subject: str | None = None
+
+    @property
+    def sees_everything(self) -> bool:
+        """Operators and auditors govern the tenant: they read every memory, as the export does."""
+        return self.role in (v.Role.OPERATOR, v.Role.AUDITOR)
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class MemoryFacts:
     recorded_at: str | None = None
 
     def visible_to(self, who: Principal) -> bool:
-        if self.scope == "company":
+        if self.scope == "company" or who.sees_everything:
             return True
         if self.scope == "team":
             return bool(self.teams & who.teams)

@@ -46,6 +46,16 @@ class Source(StrEnum):
     SYSTEM = "system"
 
 
+class Role(StrEnum):
+    """What a bearer token's holder is (DESIGN §6); an event's actor has one too."""
+
+    USER = "user"
+    OPERATOR = "operator"
+    PIPELINE = "pipeline"
+    AGENT = "agent"
+    AUDITOR = "auditor"
+
+
 class OnConflict(StrEnum):
     ASK = "ask"
     REPLACE = "replace"

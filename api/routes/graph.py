@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 from pyoxigraph import NamedNode
 
-from api.deps import TenantStore
+from api.deps import TenantStore, get_principal
 from api.errors import responses
 from api.models import IRI_PATTERN
 from projections.explain import inferred_about
 from projections.read import export_nquads
 
-router = APIRouter(prefix="/v1/tenants/{tenant}/graph", tags=["graph"])
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}/graph",
+    tags=["graph"],
+    dependencies=[Depends(get_principal)],
+    responses=responses(401, 404, json_content=True),
+)
 
 
 class NQuadsResponse(PlainTextResponse):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
-from api.deps import Commands, IdempotencyKey, TenantId, event_id_for
+from api.deps import Commands, IdempotencyKey, TenantId, event_id_for, get_principal
 from api.errors import responses
 from api.models import Accepted, KpiCreate
 
-router = APIRouter(prefix="/v1/tenants/{tenant}/kpis", tags=["kpis"])
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}/kpis",
+    tags=["kpis"],
+    dependencies=[Depends(get_principal)],
+    responses=responses(401, 404),
+)
 
 
 @router.post("", response_model=Accepted, status_code=202, responses=responses(409, 413, 422, 503, 504))

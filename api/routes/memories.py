@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
-from api.deps import Commands, IdempotencyKey, TenantId, TenantStore, event_id_for, not_found
+from api.deps import Commands, IdempotencyKey, TenantId, TenantStore, event_id_for, get_principal, not_found
 from api.errors import responses
 from api.models import (
     CLASS_PATTERN,
@@ -24,7 +24,12 @@ from projections.tenant_graph import TenantGraph
 from projections.terms import memory_iri
 from schemas import vocabulary as v
 
-router = APIRouter(prefix="/v1/tenants/{tenant}/memories", tags=["memories"])
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}/memories",
+    tags=["memories"],
+    dependencies=[Depends(get_principal)],
+    responses=responses(401, 404),
+)
 
 MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A memory id")]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.deps import CurrentPrincipal, CurrentRuntime, SearchStore, TenantId
+from api.deps import CurrentPrincipal, CurrentRuntime, SearchStore, TenantId, get_principal
 from api.errors import problem, responses
 from api.models import (
     CLASS_PATTERN,
@@ -32,7 +32,12 @@ from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
 from schemas import vocabulary as v
 
-router = APIRouter(prefix="/v1/tenants/{tenant}", tags=["recall"])
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}",
+    tags=["recall"],
+    dependencies=[Depends(get_principal)],
+    responses=responses(401, 404),
+)
 
 
 def _timing(response: Response, **phases: float) -> None:

@@ -11,52 +11,27 @@ import json
 import string
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaConnectionError
 from fastapi.testclient import TestClient
 from pyoxigraph import Literal, NamedNode
 
 from api.deps import IDEMPOTENCY_NAMESPACE, event_id_for
 from api.limits import RequestLimits
-from api.main import create_app
-from commands.writes import Commands, RecentWrites
+from commands.writes import RecentWrites
 from engram.settings import load_settings
-from projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
+from projections.knowledge import DEFAULT_RULES_DIR
 from projections.read import typed
 from projections.rules.syntax import load_rules
 from schemas import vocabulary as v
-from streams.embedder import load_embedder
+from tests.api.stand_in import client
 
 WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
 MEMORY = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3}
 KPI = {**WHO, "metric": "roas", "value": 1.5, "period": "2026-12"}
 MEMORIES = "/v1/tenants/acme/memories"
 KPIS = "/v1/tenants/acme/kpis"
-
-
-class NoLog:
-    """No broker here: a write that passes every check is answered 503, never silently 202."""
-
-    async def send(self, event: Any) -> Any:
-        raise KafkaConnectionError("no broker in the edge tests")
-
-
-def client(**settings: Any) -> TestClient:
-    app = create_app(load_settings(**settings))
-    stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge())
-    progress = SimpleNamespace(last_offset={})
-    embedder = load_embedder("hashing")
-    app.state.runtime = SimpleNamespace(
-        stores=stores,
-        progress=progress,
-        settings=load_settings(),
-        embedder=embedder,
-        commands=Commands(stores, NoLog(), progress, progress, embedder, 1.0),  # type: ignore[arg-type]
-    )
-    return TestClient(app, raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")

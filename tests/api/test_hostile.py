@@ -124,17 +124,17 @@ def test_the_connection_cap_answers_503_then_recovers(strict_server: Server) -> 
     idle = [connect(strict_server) for _ in range(6)]
     try:
         time.sleep(0.2)
-        assert httpx.get(f"{strict_server.url}/healthz", timeout=10).status_code == 503
+        assert strict_server.http.get(f"{strict_server.url}/healthz", timeout=10).status_code == 503
     finally:
         for s in idle:
             s.close()
     time.sleep(0.5)
-    assert httpx.get(f"{strict_server.url}/healthz", timeout=10).status_code == 200
+    assert strict_server.http.get(f"{strict_server.url}/healthz", timeout=10).status_code == 200
 
 
 def test_host_allow_list(strict_server: Server) -> None:
-    assert httpx.get(f"{strict_server.url}/healthz").status_code == 200
-    r = httpx.get(f"{strict_server.url}/healthz", headers={"host": "evil.example"})
+    assert strict_server.http.get(f"{strict_server.url}/healthz").status_code == 200
+    r = strict_server.http.get(f"{strict_server.url}/healthz", headers={"host": "evil.example"})
     assert one_shape(r, 400)[0]["loc"] == ["header", "host"]
 
 
@@ -150,21 +150,23 @@ def test_headers_over_the_limit_are_431(strict_server: Server) -> None:
 def test_bodies_over_the_limit_are_413_declared_or_chunked(server: Server) -> None:
     url = f"{server.url}/v1/tenants/acme/memories"
     big = json.dumps({**MEMORY, "content": "x" * (2 << 20)}).encode()
-    declared = httpx.post(url, content=big, headers={"content-type": "application/json"}, timeout=30)
+    declared = server.http.post(url, content=big, headers={"content-type": "application/json"}, timeout=30)
     assert "1048576 bytes" in one_shape(declared, 413)[0]["msg"]
 
     def chunks() -> Iterator[bytes]:
         for i in range(0, len(big), 65536):
             yield big[i : i + 65536]
 
-    chunked = httpx.post(url, content=chunks(), headers={"content-type": "application/json"}, timeout=30)
+    chunked = server.http.post(
+        url, content=chunks(), headers={"content-type": "application/json"}, timeout=30
+    )
     assert "1048576 bytes" in one_shape(chunked, 413)[0]["msg"]
     # a large body under the limit that fails validation is not echoed back
     under = json.dumps({**MEMORY, "label": "y" * 900_000}).encode()
-    r = httpx.post(url, content=under, headers={"content-type": "application/json"}, timeout=30)
+    r = server.http.post(url, content=under, headers={"content-type": "application/json"}, timeout=30)
     one_shape(r, 422)
     assert len(r.content) < 4000
-    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert server.http.get(f"{server.url}/healthz").status_code == 200
 
 
 # -- items 7, 9, 12: hostile bodies over HTTP: never a 5xx -----------------------------------------
@@ -189,7 +191,7 @@ HOSTILE: list[tuple[str, str]] = [
 
 def test_hostile_bodies_are_4xx_never_5xx(server: Server) -> None:
     statuses = []
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, auth=server.http.auth) as client:
         for path, text in HOSTILE:
             r = client.post(
                 f"{server.url}/v1/tenants/acme/{path}",
@@ -207,41 +209,43 @@ def test_hostile_bodies_are_4xx_never_5xx(server: Server) -> None:
 
 def test_a_property_keeps_its_json_type(server: Server) -> None:
     props = {"flag": True, "count": 2, "ratio": 2.5, "name": "x", "none": None}
-    r = httpx.post(
+    r = server.http.post(
         f"{server.url}/v1/tenants/acme/memories",
         params={"wait": "true"},
         json={**MEMORY, "memory_id": "typed", "properties": props},
         timeout=40,
     )
     assert r.status_code == 202, r.text
-    got = httpx.get(f"{server.url}/v1/tenants/acme/memories/typed").json()["properties"]
+    got = server.http.get(f"{server.url}/v1/tenants/acme/memories/typed").json()["properties"]
     assert got["flag"] is True and got["count"] == 2 and got["ratio"] == 2.5 and got["name"] == "x"
 
 
 # -- Idempotency-Key and read-your-writes ---------------------------------------------------------------
 def test_idempotency_key_is_the_event_id(server: Server) -> None:
     url = f"{server.url}/v1/tenants/acme/kpis"
-    first = httpx.post(url, json=KPI, headers={"Idempotency-Key": "nightly-2026-12-02"}, timeout=30)
+    first = server.http.post(url, json=KPI, headers={"Idempotency-Key": "nightly-2026-12-02"}, timeout=30)
     assert first.status_code == 202, first.text
     expected = str(uuid.uuid5(IDEMPOTENCY_NAMESPACE, "acme\nnightly-2026-12-02"))
     assert first.json()["event_id"] == expected
-    again = httpx.post(url, json=KPI, headers={"Idempotency-Key": "nightly-2026-12-02"}, timeout=30)
+    again = server.http.post(url, json=KPI, headers={"Idempotency-Key": "nightly-2026-12-02"}, timeout=30)
     assert again.status_code < 500 and again.json().get("event_id", expected) == expected
     key = str(uuid.uuid4())
-    as_is = httpx.post(url, json=KPI, headers={"Idempotency-Key": key}, timeout=30)
+    as_is = server.http.post(url, json=KPI, headers={"Idempotency-Key": key}, timeout=30)
     assert as_is.status_code == 202 and as_is.json()["event_id"] == key
-    clash = httpx.post(url, json={**KPI, "event_id": str(uuid.uuid4())}, headers={"Idempotency-Key": key})
+    clash = server.http.post(
+        url, json={**KPI, "event_id": str(uuid.uuid4())}, headers={"Idempotency-Key": key}
+    )
     assert one_shape(clash, 422)[0]["loc"] == ["header", "Idempotency-Key"]
-    assert one_shape(httpx.post(url, json=KPI, headers={"Idempotency-Key": "k" * 256}), 422)
+    assert one_shape(server.http.post(url, json=KPI, headers={"Idempotency-Key": "k" * 256}), 422)
 
 
 def test_a_read_after_an_accepted_write_sees_it(server: Server) -> None:
     for i in range(5):
-        r = httpx.post(
+        r = server.http.post(
             f"{server.url}/v1/tenants/ryw/memories", json={**MEMORY, "memory_id": f"m{i}"}, timeout=30
         )
         assert r.status_code == 202, r.text
-        assert httpx.get(f"{server.url}/v1/tenants/ryw/memories/m{i}", timeout=30).status_code == 200
+        assert server.http.get(f"{server.url}/v1/tenants/ryw/memories/m{i}", timeout=30).status_code == 200
 
 
 def test_statuses_are_typed(server: Server) -> None:
@@ -254,8 +258,10 @@ def test_statuses_are_typed(server: Server) -> None:
         "memory_class": "BudgetConstraintMemory",
         "properties": {"platform": "meta", "amount": 40000.0, "currency": "USD"},
     }
-    assert httpx.post(f"{url}/memories", params={"wait": "true"}, json=cap, timeout=40).status_code == 202
-    got = httpx.get(f"{url}/memories/cap").json()
+    assert (
+        server.http.post(f"{url}/memories", params={"wait": "true"}, json=cap, timeout=40).status_code == 202
+    )
+    got = server.http.get(f"{url}/memories/cap").json()
     assert isinstance(got["statuses"].get("liveRank"), int), got["statuses"]
     for d in got["derived"]:
         assert d["explanation"], d

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from engram.evaluation import load_chats, recall_at, remember_lines
@@ -56,7 +55,7 @@ def tenant() -> str:
 
 def write(srv: Server, t: str, *, wait: bool = True, **body: Any) -> dict[str, Any]:
     payload = {**OPERATOR, "kind": "fact", "importance": 3, **body}
-    r = httpx.post(
+    r = srv.http.post(
         f"{srv.url}/v1/tenants/{t}/memories", params={"wait": str(wait).lower()}, json=payload, timeout=40
     )
     assert r.status_code == 202, r.text
@@ -64,13 +63,22 @@ def write(srv: Server, t: str, *, wait: bool = True, **body: Any) -> dict[str, A
 
 
 def recall(srv: Server, t: str, **body: Any) -> list[dict[str, Any]]:
-    r = httpx.post(f"{srv.url}/v1/tenants/{t}/recall", json=body, timeout=30)
+    r = srv.http.post(f"{srv.url}/v1/tenants/{t}/recall", json=body, timeout=30)
     assert r.status_code == 200, r.text
     return r.json()["data"]  # type: ignore[no-any-return]
 
 
-def context(srv: Server, t: str, **params: Any) -> dict[str, Any]:
-    r = httpx.get(f"{srv.url}/v1/tenants/{t}/context", params=params, timeout=30)
+def as_user(srv: Server, t: str, user: str | None, teams: list[str] | None = None) -> dict[str, str]:
+    """The bearer header of ``user`` of tenant ``t`` (none: the operator the client speaks as)."""
+    return srv.bearer(t, role="user", user=user, teams=teams or []) if user else {}
+
+
+def context(
+    srv: Server, t: str, *, user: str | None = None, teams: list[str] | None = None, **params: Any
+) -> dict[str, Any]:
+    r = srv.http.get(
+        f"{srv.url}/v1/tenants/{t}/context", params=params, headers=as_user(srv, t, user, teams), timeout=30
+    )
     assert r.status_code == 200, r.text
     assert r.headers["cache-control"] == "no-store"
     return r.json()  # type: ignore[no-any-return]
@@ -148,7 +156,7 @@ def test_blocks_order_statuses_and_live_data(rserver: tuple[Server, Settings]) -
         srv, t, memory_id="fact", label="HQ", content="Headquarters are in Lisbon", kind="fact", importance=4
     )
     write(srv, t, memory_id="low", label="Low", content="Lunch is at noon", kind="fact", importance=3)
-    r = httpx.post(
+    r = srv.http.post(
         f"{srv.url}/v1/tenants/{t}/kpis",
         params={"wait": "true"},
         json={
@@ -250,7 +258,7 @@ def test_the_cap_and_expiry_are_the_rules(rserver: tuple[Server, Settings]) -> N
         )
         async with EventProducer(settings) as producer:
             pos = await producer.send(ev)
-        r = httpx.get(
+        r = srv.http.get(
             f"{srv.url}/v1/tenants/{t}/context",
             params={"after": f"{pos.partition}:{pos.offset}", "user": "bob"},
         )
@@ -303,7 +311,7 @@ def test_a_superseded_memory_never_appears(rserver: tuple[Server, Settings]) -> 
     )
     assert [h["id"] for h in recall(srv, t, q="Meta cap per month", limit=10)] == ["new"]
     assert ids_in(context(srv, t, q="meta")) == ["new"]
-    got = httpx.get(f"{srv.url}/v1/tenants/{t}/recall", params={"q": "30k", "limit": 10}).json()["data"]
+    got = srv.http.get(f"{srv.url}/v1/tenants/{t}/recall", params={"q": "30k", "limit": 10}).json()["data"]
     assert all(h["id"] != "old" for h in got)
 
 
@@ -321,24 +329,24 @@ def test_recall_refuses_bad_input_with_a_reason(rserver: tuple[Server, Settings]
         {"q": "x" * 5000},
     ]
     for body in bad_bodies:
-        r = httpx.post(f"{url}/recall", json=body)
+        r = srv.http.post(f"{url}/recall", json=body)
         assert r.status_code == 422, (body, r.text)
         assert r.json()["detail"][0]["msg"]
     for raw in ('{"q": "x", "min_confidence": NaN}', '{"q": "\\ud800"}'):
-        r = httpx.post(f"{url}/recall", content=raw, headers={"content-type": "application/json"})
+        r = srv.http.post(f"{url}/recall", content=raw, headers={"content-type": "application/json"})
         assert r.status_code == 422, (raw, r.text)
     for params in (
         {"q": "x", "user": "bob\n"},
         {"q": "x", "teams": "a,b c"},
         {"q": "x", "min_confidence": "nan"},
     ):
-        r = httpx.get(f"{url}/recall", params=params)
+        r = srv.http.get(f"{url}/recall", params=params)
         assert r.status_code == 422, (params, r.text)
-    assert httpx.get(f"{url}/context", params={"after": "1:2\n"}).status_code == 422
+    assert srv.http.get(f"{url}/context", params={"after": "1:2\n"}).status_code == 422
     for beyond in ("0:999999999", "4096:0"):  # well formed, but no write of the log is there
-        r = httpx.get(f"{url}/context", params={"after": beyond}, timeout=10)
+        r = srv.http.get(f"{url}/context", params={"after": beyond}, timeout=10)
         assert r.status_code == 422 and "not in the log" in r.json()["detail"][0]["msg"], r.text
-    assert httpx.get(f"{srv.url}/v1/tenants/nobody-here/recall", params={"q": "x"}).json() == {
+    assert srv.http.get(f"{srv.url}/v1/tenants/nobody-here/recall", params={"q": "x"}).json() == {
         "data": [],
         "tokens": 0,
     }
@@ -347,7 +355,7 @@ def test_recall_refuses_bad_input_with_a_reason(rserver: tuple[Server, Settings]
 
 def test_the_memory_tool_comes_from_the_ontology(rserver: tuple[Server, Settings]) -> None:
     srv, _ = rserver
-    tool = httpx.get(f"{srv.url}/v1/tenants/acme/memory-tool").json()
+    tool = srv.http.get(f"{srv.url}/v1/tenants/acme/memory-tool").json()
     schema = tool["input_schema"]
     assert tool["name"] == "remember" and schema == tool["parameters"]
     classes = schema["properties"]["memory_class"]["enum"]

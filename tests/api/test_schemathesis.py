@@ -26,6 +26,11 @@ from engram.harness import Server
 pytestmark = pytest.mark.integration
 
 CONFIG = """
+headers = { Authorization = "Bearer @TOKEN@" }
+
+[parameters]
+"path.tenant" = "acme"
+
 [[operations]]
 include-method = "POST"
 include-path = ["/v1/tenants/{tenant}/memories", "/v1/tenants/{tenant}/kpis"]
@@ -48,7 +53,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "422"]
 
 def schemathesis_run(server: Server, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "schemathesis.toml"
-    config.write_text(CONFIG)
+    token = server.bearer("acme", role="operator")["Authorization"].removeprefix("Bearer ")
+    config.write_text(CONFIG.replace("@TOKEN@", token))
     exe = Path(sys.executable).with_name("schemathesis")
     return subprocess.run(
         [

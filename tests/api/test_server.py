@@ -23,7 +23,7 @@ WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
 
 def remember(server: Server, tenant: str, **body: object) -> httpx.Response:
     payload = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3, **body}
-    return httpx.post(
+    return server.http.post(
         f"{server.url}/v1/tenants/{tenant}/memories", params={"wait": "true"}, json=payload, timeout=40
     )
 
@@ -42,7 +42,7 @@ def test_write_wait_then_read(server: Server) -> None:
     assert r.status_code == 202, r.text
     body = r.json()
     assert body["applied"] is True and body["memory_id"] == "roas-target" and body["offset"] >= 0
-    got = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas-target").json()
+    got = server.http.get(f"{server.url}/v1/tenants/acme/memories/roas-target").json()
     assert got["label"] == "ROAS target" and got["properties"] == {"metric": "roas", "goal": 3.0}
     assert got["importance_name"] == "Critical" and got["active"] is True
 
@@ -52,53 +52,53 @@ def test_write_wait_then_read(server: Server) -> None:
         ).status_code
         == 202
     )
-    lst = httpx.get(f"{server.url}/v1/tenants/acme/memories").json()
+    lst = server.http.get(f"{server.url}/v1/tenants/acme/memories").json()
     assert lst["count"] == 2
     assert [
         m["id"]
-        for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"kind": "preference"}).json()[
-            "data"
-        ]
+        for m in server.http.get(
+            f"{server.url}/v1/tenants/acme/memories", params={"kind": "preference"}
+        ).json()["data"]
     ] == ["pref"]
     assert [
         m["id"]
-        for m in httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"scope": "company"}).json()[
-            "data"
-        ]
+        for m in server.http.get(
+            f"{server.url}/v1/tenants/acme/memories", params={"scope": "company"}
+        ).json()["data"]
     ] == ["roas-target"]
-    by_class = httpx.get(
+    by_class = server.http.get(
         f"{server.url}/v1/tenants/acme/memories", params={"class": "PerformanceTargetMemory"}
     ).json()
     assert [m["id"] for m in by_class["data"]] == ["roas-target"]
 
     r = remember(server, "acme", memory_id="roas-target-2", replaces="roas-target", kind="objective")
     assert r.status_code == 202, r.text
-    active = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"active": "true"}).json()
+    active = server.http.get(f"{server.url}/v1/tenants/acme/memories", params={"active": "true"}).json()
     assert sorted(m["id"] for m in active["data"]) == ["pref", "roas-target-2"]
-    inactive = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"active": "false"}).json()
+    inactive = server.http.get(f"{server.url}/v1/tenants/acme/memories", params={"active": "false"}).json()
     assert [m["id"] for m in inactive["data"]] == ["roas-target"]
 
 
 def test_kpi_write_is_projected(server: Server) -> None:
     for value in (2.7, 3.2):
-        r = httpx.post(
+        r = server.http.post(
             f"{server.url}/v1/tenants/acme/kpis",
             params={"wait": "true"},
             json={**WHO, "source": "pipeline", "metric": "roas", "value": value, "period": "2026-12"},
             timeout=40,
         )
         assert r.status_code == 202 and r.json()["applied"], r.text
-    nq = httpx.get(f"{server.url}/v1/tenants/acme/graph").text
+    nq = server.http.get(f"{server.url}/v1/tenants/acme/graph").text
     assert '<urn:engram:kpi:roas> <https://engram.dev/ns#value> "3.2"' in nq
     assert '"2.7"' not in nq
 
 
 def test_tenants_are_isolated(server: Server) -> None:
     assert remember(server, "tenant-a", memory_id="secret").status_code == 202
-    assert httpx.get(f"{server.url}/v1/tenants/tenant-b/memories/secret").status_code == 404
-    assert httpx.get(f"{server.url}/v1/tenants/tenant-b/memories").json() == {"data": [], "count": 0}
-    assert httpx.get(f"{server.url}/v1/tenants/tenant-b/graph").text == ""
-    assert httpx.get(f"{server.url}/v1/tenants/tenant-a/memories").json()["count"] == 1
+    assert server.http.get(f"{server.url}/v1/tenants/tenant-b/memories/secret").status_code == 404
+    assert server.http.get(f"{server.url}/v1/tenants/tenant-b/memories").json() == {"data": [], "count": 0}
+    assert server.http.get(f"{server.url}/v1/tenants/tenant-b/graph").text == ""
+    assert server.http.get(f"{server.url}/v1/tenants/tenant-a/memories").json()["count"] == 1
 
 
 @pytest.mark.parametrize(
@@ -120,23 +120,23 @@ def test_bad_writes_get_4xx_with_reason(server: Server, body: dict, status: int,
 
 
 def test_bad_paths_and_payloads(server: Server) -> None:
-    assert httpx.get(f"{server.url}/v1/tenants/Not_A_Tenant/memories").status_code == 422
-    assert httpx.get(f"{server.url}/v1/tenants/acme/memories/ghost").status_code == 404
-    assert httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"limit": 0}).status_code == 422
+    assert server.http.get(f"{server.url}/v1/tenants/Not_A_Tenant/memories").status_code == 422
+    assert server.http.get(f"{server.url}/v1/tenants/acme/memories/ghost").status_code == 404
+    assert server.http.get(f"{server.url}/v1/tenants/acme/memories", params={"limit": 0}).status_code == 422
     assert remember(server, "acme", memory_id="seed").status_code == 202
-    bad_class = httpx.get(f"{server.url}/v1/tenants/acme/memories", params={"class": "http://x/%zz"})
+    bad_class = server.http.get(f"{server.url}/v1/tenants/acme/memories", params={"class": "http://x/%zz"})
     assert bad_class.status_code == 422
     assert remember(server, "acme", memory_class="http://x/%zz").status_code == 422
     assert remember(server, "acme", expires_at="9999-12-31T23:00:00-05:00").status_code == 422
     assert remember(server, "acme", properties={"supersededBy": "x"}).status_code == 422
-    r = httpx.post(
+    r = server.http.post(
         f"{server.url}/v1/tenants/acme/memories",
         content=b"{not json",
         headers={"content-type": "application/json"},
     )
     assert r.status_code == 422
-    assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
-    assert httpx.get(f"{server.url}/readyz").json()["ready"] is True
+    assert server.http.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    assert server.http.get(f"{server.url}/readyz").json()["ready"] is True
 
 
 async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
@@ -231,7 +231,7 @@ def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(
     assert all(h["original-topic"] == settings.events_topic.encode() for _, _, h in got)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        r = httpx.get(f"{server.url}/v1/tenants/acme/memories/after-poison")
+        r = server.http.get(f"{server.url}/v1/tenants/acme/memories/after-poison")
         if r.status_code == 200:
             break
         time.sleep(0.2)
@@ -252,14 +252,14 @@ def test_derived_status_follows_the_live_kpi_through_the_api(server: Server) -> 
     )
     assert r.status_code == 202, r.text
     for value, status in ((2.7, "below"), (3.2, "met")):
-        k = httpx.post(
+        k = server.http.post(
             f"{server.url}/v1/tenants/acme/kpis",
             params={"wait": "true"},
             timeout=40,
             json={**WHO, "source": "pipeline", "metric": "roas", "value": value, "period": "2026-12"},
         )
         assert k.status_code == 202, k.text
-        got = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas").json()
+        got = server.http.get(f"{server.url}/v1/tenants/acme/memories/roas").json()
         assert got["statuses"]["targetStatus"] == status
         derived = next(d for d in got["derived"] if d["predicate"] == "targetStatus")
         assert derived["rule"].startswith("targets.dlog:")
@@ -272,13 +272,13 @@ def test_derived_status_follows_the_live_kpi_through_the_api(server: Server) -> 
             "asserted": True,
         }
     assert {"ActiveMemory", "PerformanceTargetMemory", "MarketingMemory", "Memory"} <= set(got["classes"])
-    trees = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas/derivations").json()
+    trees = server.http.get(f"{server.url}/v1/tenants/acme/memories/roas/derivations").json()
     assert any(i["predicate"] == "targetStatus" for i in trees["inferred"])
     cls = "https://engram.dev/ns#PerformanceTargetMemory"
-    about = httpx.get(f"{server.url}/v1/tenants/acme/graph/inferred", params={"subject": cls}).json()
+    about = server.http.get(f"{server.url}/v1/tenants/acme/graph/inferred", params={"subject": cls}).json()
     closure = next(i for i in about["inferred"] if i["value"] == "Memory")
     assert closure["derivations"][0]["rule"].startswith("subclass.dlog:")
-    bad = httpx.get(f"{server.url}/v1/tenants/acme/graph/inferred", params={"subject": "not an iri"})
+    bad = server.http.get(f"{server.url}/v1/tenants/acme/graph/inferred", params={"subject": "not an iri"})
     assert bad.status_code == 422
 
 
@@ -294,4 +294,4 @@ def test_shape_violations_are_422_before_anything_is_produced(server: Server) ->
     assert ":amount is required" in r.text
     r = remember(server, "acme", memory_class="GhostMemory")
     assert r.status_code == 422 and "unknown class :GhostMemory" in r.text
-    assert httpx.get(f"{server.url}/v1/tenants/acme/memories").json()["count"] == 0
+    assert server.http.get(f"{server.url}/v1/tenants/acme/memories").json()["count"] == 0

@@ -11,7 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from engram.harness import Server, isolated_settings
@@ -63,7 +62,9 @@ class Feeder(threading.Thread):
 
 
 def count(server: Server, tenant: str, **params: str) -> int:
-    r = httpx.get(f"{server.url}/v1/tenants/{tenant}/memories", params={"limit": "1", **params}, timeout=30)
+    r = server.http.get(
+        f"{server.url}/v1/tenants/{tenant}/memories", params={"limit": "1", **params}, timeout=30
+    )
     return int(r.json()["count"])
 
 
@@ -87,7 +88,7 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
     deadline = time.monotonic() + 120
     applied_at_kill = 0
     while time.monotonic() < deadline:  # kill once about a third is applied
-        applied_at_kill = sum(httpx.get(f"{server.url}/readyz").json()["handled"].values())
+        applied_at_kill = sum(server.http.get(f"{server.url}/readyz").json()["handled"].values())
         if applied_at_kill >= 1500:
             break
         time.sleep(0.01)
@@ -107,7 +108,7 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
         print({"applied_at_kill": applied_at_kill, "after_restart": ready["handled"]})
         assert sum(ready["handled"].values()) + applied_at_kill >= len(events), ready
         for tenant, model in models.items():
-            live = httpx.get(f"{restarted.url}/v1/tenants/{tenant}/graph", timeout=30).text
+            live = restarted.http.get(f"{restarted.url}/v1/tenants/{tenant}/graph", timeout=30).text
             handled = re.search(r'<urn:engram:projection> <https://engram.dev/ns#handled> "(\d+)"', live)
             assert handled and int(handled.group(1)) == PER_TENANT, f"{tenant}: handled {handled}"
             assert count(restarted, tenant) == len(model.memories), tenant
@@ -135,18 +136,18 @@ def test_a_new_data_directory_rebuilds_every_tenant_from_the_log(broker: Setting
             "importance": 3,
             "memory_id": "kept",
         }
-        r = httpx.post(
+        r = server.http.post(
             f"{server.url}/v1/tenants/acme/memories", params={"wait": "true"}, json=body, timeout=40
         )
         assert r.status_code == 202, r.text
-        before = httpx.get(f"{server.url}/v1/tenants/acme/graph").text
+        before = server.http.get(f"{server.url}/v1/tenants/acme/graph").text
     finally:
         server.stop()
     second = first.model_copy(update={"data_dir": tmp_path / "two"})
     again = Server(second, tmp_path / "two.log").start()
     try:
         again.wait_ready()
-        assert httpx.get(f"{again.url}/v1/tenants/acme/memories/kept").status_code == 200
-        assert httpx.get(f"{again.url}/v1/tenants/acme/graph").text == before
+        assert again.http.get(f"{again.url}/v1/tenants/acme/memories/kept").status_code == 200
+        assert again.http.get(f"{again.url}/v1/tenants/acme/graph").text == before
     finally:
         again.stop()

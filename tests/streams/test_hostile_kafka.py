@@ -108,7 +108,7 @@ def replayed(settings: Settings, tenant: str, root: Path) -> str:
 
 
 def live(server: Server, tenant: str) -> str:
-    r = httpx.get(f"{server.url}/v1/tenants/{tenant}/graph", timeout=30)
+    r = server.http.get(f"{server.url}/v1/tenants/{tenant}/graph", timeout=30)
     assert r.status_code == 200, r.text
     return r.text
 
@@ -398,7 +398,7 @@ settings_for_property = settings(
 
 
 def post(server: Server, path: str, body: dict[str, Any], wait: bool = True) -> httpx.Response:
-    return httpx.post(
+    return server.http.post(
         f"{server.url}/v1/tenants/acme/{path}", params={"wait": str(wait).lower()}, json=body, timeout=40
     )
 
@@ -427,13 +427,14 @@ def test_a_retried_write_is_applied_once_and_a_reused_id_is_409(server: Server) 
     first = post(server, "kpis", low)
     assert first.status_code == 202 and first.json()["applied"] is True
     assert post(server, "kpis", high).status_code == 202
-    status = httpx.get(f"{server.url}/v1/tenants/acme/memories/roas").json()["statuses"]["targetStatus"]
+    status = server.http.get(f"{server.url}/v1/tenants/acme/memories/roas").json()["statuses"]["targetStatus"]
     assert status == "met"
     for wait in (True, False):
         retry = post(server, "kpis", low, wait=wait)  # a client retrying the first write
         assert retry.status_code == 202 and retry.json() == first.json(), retry.text
     assert (
-        httpx.get(f"{server.url}/v1/tenants/acme/memories/roas").json()["statuses"]["targetStatus"] == "met"
+        server.http.get(f"{server.url}/v1/tenants/acme/memories/roas").json()["statuses"]["targetStatus"]
+        == "met"
     )
     reused = post(server, "kpis", {**low, "value": 1.0})
     assert reused.status_code == 409 and "already used for a different event" in reused.text

@@ -1,0 +1,45 @@
+"""The app in process without its lifespan (no broker): a stand-in runtime that knows no tenant,
+so every request is decided at the edge; a write that passes every check is answered 503."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka.errors import KafkaConnectionError
+from fastapi.testclient import TestClient
+
+from api.auth import mint
+from api.main import create_app
+from commands.writes import Commands
+from engram.settings import load_settings
+from projections.knowledge import load_knowledge
+from streams.embedder import load_embedder
+
+
+class NoLog:
+    """No broker here: a write that passes every check is answered 503, never silently 202."""
+
+    async def send(self, event: Any) -> Any:
+        raise KafkaConnectionError("no broker in the edge tests")
+
+
+SECRET = "edge-tests-secret-of-at-least-32-bytes"
+
+
+def client(**overrides: Any) -> TestClient:
+    """The app with a stand-in runtime, speaking as acme's operator unless a request says otherwise."""
+    settings = load_settings(auth_secret=SECRET, **overrides)
+    app = create_app(settings)
+    stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge())
+    progress = SimpleNamespace(last_offset={})
+    embedder = load_embedder("hashing")
+    app.state.runtime = SimpleNamespace(
+        stores=stores,
+        progress=progress,
+        settings=load_settings(),
+        embedder=embedder,
+        commands=Commands(stores, NoLog(), progress, progress, embedder, 1.0),  # type: ignore[arg-type]
+    )
+    token = mint(settings, "acme", role="operator", user="dana")
+    return TestClient(app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {token}"})

@@ -1,0 +1,142 @@
+"""Bearer tokens at the edge: who is asking is proven, and a tenant's existence never leaks."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from api.auth import BadToken, Verifier, mint
+from engram.cli import main as engram
+from engram.settings import load_settings
+from tests.api.stand_in import SECRET, client
+
+MEMORIES = "/v1/tenants/acme/memories"
+SETTINGS = load_settings(auth_secret=SECRET)
+
+
+def claims(**over: Any) -> dict[str, Any]:
+    now = int(time.time())
+    return {"iss": "engram", "tenant": "acme", "sub": "dana", "role": "operator", "teams": [],
+            "iat": now, "exp": now + 600, **over}  # fmt: skip
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({}, "a bearer token is required"),
+        ({"Authorization": "Basic ZGFuYTpw"}, "a bearer token is required"),
+        (bearer("not-a-jwt"), "not a valid token"),
+        (bearer(jwt.encode(claims(), "another-secret-of-at-least-32-bytes!!", "HS256")), "Signature"),
+        (bearer(jwt.encode(claims(exp=int(time.time()) - 5), SECRET, "HS256")), "expired"),
+        (bearer(jwt.encode(claims(iss="elsewhere"), SECRET, "HS256")), "issuer"),
+        (bearer(jwt.encode({k: x for k, x in claims().items() if k != "role"}, SECRET, "HS256")), "role"),
+        (bearer(jwt.encode(claims(role="admin"), SECRET, "HS256")), "role must be one of"),
+        (bearer(jwt.encode(claims(sub="dana\n"), SECRET, "HS256")), "subject is not an id"),
+        (bearer(jwt.encode(claims(role="agent"), SECRET, "HS256")), "names the user it acts for"),
+        (bearer(jwt.encode(claims(alg="none"), SECRET, "HS256").rsplit(".", 1)[0] + "."), "not a valid"),
+    ],
+)
+def test_a_missing_or_bad_token_is_401_with_a_reason(headers: dict[str, str], reason: str) -> None:
+    api = client()
+    r = api.get(MEMORIES, headers={"Authorization": "", **headers})
+    assert r.status_code == 401, r.text
+    assert r.headers["www-authenticate"] == "Bearer"
+    [item] = r.json()["detail"]
+    assert item["loc"] == ["header", "Authorization"] and reason in item["msg"], item
+
+
+def test_every_tenant_route_needs_a_token_and_health_does_not() -> None:
+    api = client()
+    doc = api.get("/openapi.json").json()
+    tenant_routes = [(m, p) for p, ops in doc["paths"].items() for m in ops if p.startswith("/v1/tenants/")]
+    assert len(tenant_routes) >= 10
+    for method, path in tenant_routes:
+        url = path.replace("{tenant}", "acme").replace("{memory_id}", "m1")
+        r = api.request(method, url, headers={"Authorization": ""})
+        assert r.status_code == 401, (method, path, r.text)
+    assert api.get("/healthz", headers={"Authorization": ""}).status_code == 200
+
+
+def test_a_token_for_another_tenant_cannot_tell_whether_a_tenant_exists() -> None:
+    """acme's token on tenants that exist and that do not: one answer, the tenant's name aside."""
+    api = client()
+    bodies = set()
+    for other in ("globex", "initech", "no-such-tenant"):
+        for method, path in (("GET", "/memories"), ("GET", "/memories/m1"), ("POST", "/kpis"),
+                             ("GET", "/graph"), ("POST", "/recall"), ("GET", "/context")):  # fmt: skip
+            r = api.request(method, f"/v1/tenants/{other}{path}", json={})
+            assert r.status_code == 404, (other, path, r.text)
+            bodies.add(r.text.replace(other, "T"))
+    assert len(bodies) == 1  # the same answer for every path and every tenant
+
+
+def _pem(key: Any) -> str:
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["RS256", "ES256"])
+def test_production_tokens_are_checked_against_a_public_key_or_a_jwks_file(
+    tmp_path: Path, algorithm: str
+) -> None:
+    private = (
+        rsa.generate_private_key(65537, 2048)
+        if algorithm == "RS256"
+        else ec.generate_private_key(ec.SECP256R1())
+    )
+    (tmp_path / "key.pem").write_text(_pem(private))
+    jwk = json.loads(jwt.algorithms.get_default_algorithms()[algorithm].to_jwk(private.public_key()))
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "alg": algorithm}]}))
+    good = jwt.encode(claims(teams=["growth"]), private, algorithm, headers={"kid": "k1"})
+    for setting in ({"auth_public_key": tmp_path / "key.pem"}, {"auth_jwks": tmp_path / "jwks.json"}):
+        verifier = Verifier(load_settings(**setting))
+        principal = verifier.verify(good).principal
+        assert (principal.user, principal.role, principal.teams) == (
+            "dana",
+            "operator",
+            frozenset({"growth"}),
+        )
+        with pytest.raises(BadToken):  # a token signed with the HS256 secret is not one of these
+            verifier.verify(mint(SETTINGS, "acme", role="operator", user="dana"))
+        assert client(**setting).get(MEMORIES, headers=bearer(good)).status_code == 200
+
+
+def test_engram_token_mints_what_the_server_accepts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_AUTH_SECRET", SECRET)
+    args = [
+        "token",
+        "acme",
+        "--role",
+        "agent",
+        "--user",
+        "drafter",
+        "--on-behalf-of",
+        "sam",
+        "--teams",
+        "growth,brand",
+        "--ttl",
+        "15m",
+    ]
+    assert engram(args) == 0
+    token = capsys.readouterr().out.strip()
+    principal = Verifier(SETTINGS).verify(token).principal
+    assert (principal.subject, principal.user, principal.role) == ("drafter", "sam", "agent")
+    assert principal.teams == frozenset({"growth", "brand"})
+    assert 890 <= jwt.decode(token, options={"verify_signature": False})["exp"] - time.time() <= 900
+    assert engram(["token", "acme", "--role", "agent", "--user", "drafter"]) == 1  # an agent names its user
