@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -17,6 +17,7 @@ from commands import writes
 from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
 from schemas import vocabulary as v
+from schemas.events import Actor
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -129,6 +130,28 @@ def tenant_not_found(tenant: str) -> HTTPException:
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+
+
+def governs(who: Principal) -> None:
+    """Routes that show the whole tenant (the graph export, explanations of any subject): 403
+    unless the principal is an operator or an auditor."""
+    if not who.sees_everything:
+        raise problem(
+            403, "only an operator or an auditor may read the whole graph", ["header", "Authorization"]
+        )
+
+
+def token_actor(who: CurrentPrincipal, body_actor: Any | None) -> Actor:
+    """The actor of a write: the bearer token's, never what a body claims (a body may repeat it)."""
+    actor = Actor(who.subject or who.user or "", who.role, who.user if who.role == v.Role.AGENT else None)
+    if body_actor is not None and (body_actor.id, body_actor.role) != (actor.id, actor.role):
+        raise problem(
+            422,
+            f"actor is the bearer token's ({actor.id}, {actor.role}); leave it out or state the same",
+            ["body", "actor"],
+            "actor_mismatch",
+        )
+    return actor
 
 
 async def get_search_graph(tenant: TenantId, commands: Commands) -> TenantGraph | None:

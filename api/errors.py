@@ -29,6 +29,7 @@ MAX_TEXT = 300  # characters of a loc item or message sent back; inputs are neve
 TYPES: dict[int, str] = {
     400: "bad_request",
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     408: "request_timeout",
@@ -157,6 +158,7 @@ def responses(*statuses: int, json_content: bool = False) -> dict[int | str, dic
     words = {
         400: "Malformed request: a body that cannot be parsed, or a Host not in ENGRAM_ALLOWED_HOSTS",
         401: "No bearer token, or one that is not valid (expired, wrong signature, unknown issuer)",
+        403: "The token's principal may not make this change (see the README's authorisation rules)",
         404: "Not found (a tenant the token is not for is not found either)",
         405: "Method not allowed; the Allow header lists the methods of the path",
         408: "The request body did not arrive within ENGRAM_BODY_TIMEOUT_S",

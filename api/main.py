@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from api import errors
 from api.auth import Verifier
 from api.limits import AllowedHosts, RequestLimits
-from api.routes import graph, health, kpis, memories, recall
+from api.routes import graph, health, live_data, memories, recall
 from api.runtime import running
 from engram.settings import Settings
 
@@ -33,7 +33,7 @@ def create_app(settings: Settings) -> FastAPI:
         responses=errors.responses(400, 408, 413, 431),  # any request: Host, body time and size, head size
     )
     app.state.verifier = Verifier(settings)
-    for router in (health.router, memories.router, kpis.router, graph.router, recall.router):
+    for router in (health.router, memories.router, live_data.router, graph.router, recall.router):
         app.include_router(router)
     errors.install(app)
     # Outermost last: the Host is checked first, then the body's size and time.

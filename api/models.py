@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 from commands import writes
 from schemas import vocabulary as v
 from schemas.events import Actor
+from schemas.payloads import REVISABLE_FIELDS
 
 
 def anchored(regex: str) -> str:
@@ -152,16 +153,19 @@ class Attribution(EdgeModel):
         None, description="Idempotency key (or the Idempotency-Key header); a fresh UUID if absent."
     )
     source: Source
-    actor: ActorIn
+    actor: ActorIn | None = Field(
+        None, description="The bearer token's subject and role; if given, it must be the same"
+    )
     occurred_at: Timestamp | None = Field(None, description="Valid time; defaults to now.")
     purpose: StrictStr | None = Field(None, max_length=256)
     correlation_id: StrictStr | None = Field(None, max_length=128)
 
-    def attribution(self, event_id: UUID | None) -> writes.Attribution:
-        """Who writes, with the event id the route settled on (Idempotency-Key, body or minted)."""
+    def attribution(self, actor: Actor, event_id: UUID | None) -> writes.Attribution:
+        """Who writes (the token's actor), with the event id the route settled on (the
+        Idempotency-Key, the body's, or minted)."""
         return writes.Attribution(
             source=self.source,
-            actor=Actor(self.actor.id, self.actor.role),
+            actor=actor,
             event_id=event_id,
             occurred_at=self.occurred_at,
             purpose=self.purpose,
@@ -212,6 +216,46 @@ class MemoryCreate(Attribution):
             exclude={"event_id", "source", "actor", "occurred_at", "purpose", "correlation_id"},
             exclude_none=True,
         )
+
+
+class MemoryPatch(Attribution):
+    """A revision with three states per field: absent is untouched, ``null`` is cleared (only
+    ``expires_at`` and properties may be), a value is set; ``properties`` likewise per name."""
+
+    label: StrictStr | None = Field(None, min_length=1, max_length=v.LABEL_MAX, pattern=NON_BLANK)
+    content: StrictStr | None = Field(None, min_length=1, max_length=v.CONTENT_MAX, pattern=NON_BLANK)
+    kind: Kind | None = None
+    importance: Int | None = Field(None, ge=min(v.Importance), le=max(v.Importance))
+    confidence: Float | None = Field(None, ge=0, le=1)
+    expires_at: Timestamp | None = None
+    properties: dict[PropertyName, PropertyValue] = Field(
+        default_factory=dict, max_length=64, json_schema_extra={"additionalProperties": False}
+    )
+
+    def changes(self) -> dict[str, Any]:
+        """The shared fields the request names (``null`` included: a clear), as the event wants them."""
+        named = self.model_fields_set & set(REVISABLE_FIELDS)
+        out = self.model_dump(include=named, mode="json")
+        return out
+
+
+class SupersedeRequest(Attribution):
+    superseded_by: Id = Field(description="The memory that replaces this one (it must exist)")
+
+
+class ForgetRequest(Attribution):
+    reason: StrictStr | None = Field(None, max_length=1024, description="Why, kept in the lineage")
+
+
+class SpendCreate(Attribution):
+    platform: StrictStr = Field(pattern=anchored(v.NAME_RE.pattern), examples=["meta"])
+    amount: Float = Field(ge=0)
+    currency: StrictStr = Field(pattern=anchored(v.CURRENCY_RE.pattern), examples=["USD"])
+    period: StrictStr = Field(min_length=1, max_length=32, examples=["2026-12"])
+
+
+class ClockTick(Attribution):
+    now: Timestamp = Field(description="The graph's clock: expiry is decided by the rules against it")
 
 
 class KpiCreate(Attribution):

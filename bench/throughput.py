@@ -28,7 +28,7 @@ from streams import kafka_local
 from streams.producer import EventProducer
 from streams.topics import ensure_topics
 
-ACTOR = {"id": "bench", "role": "pipeline"}
+ACTOR = {"id": "bench", "role": "operator"}  # memories are an operator's to write
 
 
 def workload(n: int, tenants: int, seed: int = 7) -> list[dict]:

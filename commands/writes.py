@@ -3,9 +3,10 @@
 One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``forget``,
 ``observe_kpi``, ``observe_spend``, ``tick_clock``, ``change_stakeholder``), all through
 ``submit``. The answers: ``Accepted`` (``applied`` once the projection has it), or a ``Refused``:
-409 for a memory id that is taken or an event id reused for different content (or an event the
-projection rejected while the caller waited), 413 for an event the log cannot hold, 422 for an
-invalid event, 503 if the log is unreachable, 504 if ``wait`` times out. A retry of a write that
+403 for a change the actor may not make (``projections.governance``), 409 for a memory id that
+is taken or an event id reused for different content (or an event the projection rejected while
+the caller waited), 413 for an event the log cannot hold, 422 for an invalid event, 503 if the
+log is unreachable, 504 if ``wait`` times out. A retry of a write that
 was applied (same event id, same content) is answered as the original, not produced again.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, ClassVar
 
 from aiokafka.errors import KafkaError
 
+from projections.governance import Forbidden
 from projections.plan import no_facts
 from projections.progress import Progress
 from projections.stores import TenantStores
@@ -54,6 +56,10 @@ class Refused(Exception):
 
 class Invalid(Refused):
     status = 422
+
+
+class NotAllowed(Refused):
+    status = 403
 
 
 class Conflicting(Refused):
@@ -244,6 +250,8 @@ class Commands:
             graph = self.stores.get(tenant)
             assert graph is not None
             return _answer_retry(event, graph)
+        except Forbidden as exc:
+            raise NotAllowed(str(exc)) from exc
         except Conflict as exc:
             raise Conflicting(str(exc)) from exc
         except PLAN_ERRORS as exc:

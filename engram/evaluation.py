@@ -118,7 +118,7 @@ def remember_lines(chat: Chat) -> list[dict[str, Any]]:
             "type": "MemoryRemembered",
             "tenant": chat.tenant,
             "source": "extraction",
-            "actor": {"id": "realtalk-import", "role": "pipeline"},
+            "actor": {"id": "realtalk-import", "role": "operator"},
             "occurred_at": t.when.isoformat(),
             "payload": {
                 "memory_id": t.memory_id,

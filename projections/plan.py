@@ -206,6 +206,8 @@ def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
     b.add(m, e("recordedAt"), time_literal(b.recorded))
     b.add(m, e("updatedAt"), time_literal(b.recorded))
     b.add(m, e("changedBy"), Literal(event.event_id))
+    if event.purpose:
+        b.add(m, e("purpose"), Literal(event.purpose))
     if p.replaces:
         b.replace(b.existing(p.replaces), e("supersededBy"), m)
 

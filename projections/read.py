@@ -158,3 +158,54 @@ def memory_statuses(graph: TenantGraph, memory_id: str) -> dict[str, int | float
         for q in graph.store.quads_for_pattern(m, NamedNode(status.iri), None, INFERRED):
             out[status.name] = typed(q.object)
     return out
+
+
+def memory_lineage(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
+    """Where a belief came from: who wrote it, from where and why, when (valid and system time),
+    what it superseded and what superseded it (both chains, nearest first), and every event that
+    touched it, in log order."""
+    memory = get_memory(graph, memory_id)
+    if memory is None:
+        return None
+    m = memory_iri(memory_id)
+
+    def one(name: str) -> Any:
+        found = graph.objects(m, e(name))
+        return _value(found[0]) if found else None
+
+    later, seen = [], {memory_id}
+    nxt = memory["superseded_by"]
+    while nxt is not None and nxt not in seen:  # a chain, never a loop (a restore can make one)
+        later.append(nxt)
+        seen.add(nxt)
+        found = graph.objects(memory_iri(nxt), e("supersededBy"))
+        nxt = found[0].value.rsplit(":", 1)[-1] if found else None
+    earlier, frontier = [], list(memory["supersedes"])
+    while frontier:
+        mid = frontier.pop(0)
+        if mid in seen:
+            continue
+        seen.add(mid)
+        earlier.append(mid)
+        older = graph.store.quads_for_pattern(None, e("supersededBy"), memory_iri(mid), ASSERTED)
+        frontier += sorted(q.subject.value.rsplit(":", 1)[-1] for q in older)
+    events = []
+    for event_id in memory["lineage"]:
+        pos = graph.applied_position(event_id)
+        events.append({"event_id": event_id, "partition": pos.partition if pos else None,
+                       "offset": pos.offset if pos else None})  # fmt: skip
+    events.sort(key=lambda x: (x["partition"] is None, x["partition"] or 0, x["offset"] or 0))
+    return {
+        "id": memory_id,
+        "source": memory["source"],
+        "actor": memory["actor"],
+        "purpose": one("purpose"),
+        "valid_from": memory["valid_from"],
+        "recorded_at": memory["recorded_at"],
+        "updated_at": memory["updated_at"],
+        "forgotten_at": one("forgottenAt"),
+        "forgotten_reason": one("forgottenReason"),
+        "superseded_by": later,
+        "supersedes": earlier,
+        "events": events,
+    }

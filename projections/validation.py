@@ -10,6 +10,7 @@ from typing import Any
 
 from pyoxigraph import NamedNode
 
+from projections import governance
 from projections.knowledge import Knowledge
 from projections.plan import Delta, GraphState, plan
 from projections.terms import memory_iri
@@ -54,7 +55,8 @@ def check_property_names(knowledge: Knowledge, event: Event) -> None:
 
 
 def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: GraphState) -> Delta:
-    """``plan`` followed by the shapes of the memory it creates or revises."""
+    """``plan``, then whether its actor may make the change (``governance``), then the shapes of the
+    memory it creates or revises."""
     p = event.payload
     if isinstance(p, ev.MemoryRemembered):
         cls = v.class_iri(p.memory_class or "Memory")
@@ -64,6 +66,7 @@ def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: 
             )
     check_property_names(knowledge, event)
     delta = plan(event, position, state)
+    governance.check(event, state)
     if isinstance(p, ev.MemoryEvent) and p.reshapes:
         violations = node_violations(knowledge, delta, state, memory_iri(p.memory_id))
         if violations:

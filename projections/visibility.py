@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyoxigraph import Literal, NamedNode
 
@@ -29,6 +30,22 @@ class Principal:
     def sees_everything(self) -> bool:
         """Operators and auditors govern the tenant: they read every memory, as the export does."""
         return self.role in (v.Role.OPERATOR, v.Role.AUDITOR)
+
+
+def may_see(who: Principal, scope: str | None, user: str | None, teams: frozenset[str]) -> bool:
+    """Company memories: everyone in the tenant; team ones: the teams' members; user ones: that
+    user (and an agent acting for them); operators and auditors: all."""
+    if scope == v.Scope.COMPANY or who.sees_everything:
+        return True
+    if scope == v.Scope.TEAM:
+        return bool(teams & who.teams)
+    return user is not None and user == who.user
+
+
+def may_see_memory(who: Principal, memory: dict[str, Any]) -> bool:
+    """``may_see`` for a memory as ``projections.read.get_memory`` gives it."""
+    holders = memory["stakeholders"]
+    return may_see(who, memory["scope"], holders["user_id"], frozenset(holders["team_ids"]))
 
 
 @dataclass(frozen=True)
@@ -55,11 +72,7 @@ class MemoryFacts:
     recorded_at: str | None = None
 
     def visible_to(self, who: Principal) -> bool:
-        if self.scope == "company" or who.sees_everything:
-            return True
-        if self.scope == "team":
-            return bool(self.teams & who.teams)
-        return self.user is not None and self.user == who.user
+        return may_see(who, self.scope, self.user, self.teams)
 
     @property
     def owner(self) -> str:

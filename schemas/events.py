@@ -30,8 +30,21 @@ REQUIRED_FIELDS = ("type", "tenant", "source", "actor", "payload")
 
 @dataclass(frozen=True)
 class Actor:
+    """Who caused an event; an agent names the user it acts for (``on_behalf_of``)."""
+
     id: str
     role: str
+    on_behalf_of: str | None = None
+
+    def to_avro(self) -> dict[str, Any]:
+        # on_behalf_of only when set: an event without it keeps the content digest it always had
+        extra = {} if self.on_behalf_of is None else {"on_behalf_of": self.on_behalf_of}
+        return {"id": self.id, "role": self.role, **extra}
+
+    @property
+    def acting_user(self) -> str:
+        """The user the change is made for: an agent's principal, anyone else themselves."""
+        return self.on_behalf_of or self.id
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,7 @@ class Event:
             "event_id": self.event_id,
             "tenant": self.tenant,
             "occurred_at": self.occurred_at,
-            "actor": {"id": self.actor.id, "role": self.actor.role},
+            "actor": self.actor.to_avro(),
             "source": self.source,
             "purpose": self.purpose,
             "correlation_id": self.correlation_id,
@@ -110,10 +123,12 @@ def event_from_json(obj: Any) -> Event:
     actor = obj["actor"]
     if not (
         isinstance(actor, dict)
-        and set(actor) == {"id", "role"}
+        and {"id", "role"} <= set(actor) <= {"id", "role", "on_behalf_of"}
         and all(isinstance(x, str) for x in actor.values())
     ):
-        raise InvalidEvent("actor must be an object with string 'id' and 'role' (and nothing else)")
+        raise InvalidEvent(
+            "actor must be an object with string 'id' and 'role' (and, for an agent, 'on_behalf_of')"
+        )
     payload = obj["payload"]
     if not isinstance(payload, dict):
         raise InvalidEvent("payload must be a JSON object")
@@ -132,14 +147,15 @@ def event_from_json(obj: Any) -> Event:
         raise InvalidEvent(f"event_id must be a UUID, got {show(event_id)}") from exc
     payload = cls.json_defaults(payload, event_id)
     c = Problems()
-    _check_envelope(c, obj["tenant"], obj["source"], Actor(actor["id"], actor["role"]), event_id)
+    who = Actor(actor["id"], actor["role"], actor.get("on_behalf_of"))
+    _check_envelope(c, obj["tenant"], obj["source"], who, event_id)
     cls.check(payload, c)
     c.raise_if_any()
     return Event(
         event_id=event_id,
         tenant=obj["tenant"],
         occurred_at=parse_time(obj.get("occurred_at") or datetime.now(UTC), "occurred_at"),
-        actor=Actor(id=actor["id"], role=actor["role"]),
+        actor=who,
         source=obj["source"],
         payload=cls.from_record(payload),
         purpose=obj.get("purpose"),
@@ -159,6 +175,8 @@ def _check_envelope(c: Problems, tenant: Any, source: Any, actor: Actor, event_i
         and bool(actor.role.strip()),
         "actor id and role are required",
     )
+    if actor.on_behalf_of is not None:
+        c.id(actor.on_behalf_of, "actor.on_behalf_of")
     try:
         canonical_id = str(uuid.UUID(event_id))
     except (TypeError, ValueError, AttributeError):
@@ -172,7 +190,7 @@ def validate(event: Event) -> None:
     record = event.payload.to_record()
     for field_name in ("event_id", "tenant", "source", "purpose", "correlation_id"):
         c.reasons.extend(hostile_values(getattr(event, field_name), field_name))
-    c.reasons.extend(hostile_values([event.actor.id, event.actor.role], "actor"))
+    c.reasons.extend(hostile_values([event.actor.id, event.actor.role, event.actor.on_behalf_of], "actor"))
     c.reasons.extend(hostile_values(record, "payload"))
     c.raise_if_any()  # nothing below may see a value that cannot become a literal
     _check_envelope(c, event.tenant, event.source, event.actor, event.event_id)

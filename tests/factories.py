@@ -16,14 +16,24 @@ ACTOR = {"id": "dana", "role": "operator"}
 def envelope(
     event_type: str, payload: dict[str, Any], *, tenant: str = "acme", **extra: Any
 ) -> dict[str, Any]:
+    """An event's JSON form, written by the operator dana; a user-scoped memory by its own user
+    (as the governance rules want), unless ``actor`` says otherwise."""
     return {
         "type": event_type,
         "tenant": tenant,
         "source": "operator",
-        "actor": ACTOR,
+        "actor": author(event_type, payload),
         "payload": payload,
         **extra,
     }
+
+
+def author(event_type: str, payload: Any) -> dict[str, str]:
+    holders = payload.get("stakeholders") if isinstance(payload, dict) else None
+    user = holders.get("user_id") if isinstance(holders, dict) else None
+    if event_type == "MemoryRemembered" and payload.get("scope") == "user" and isinstance(user, str):
+        return {"id": user, "role": "user"}
+    return ACTOR
 
 
 def remembered(memory_id: str = "m1", **fields: Any) -> dict[str, Any]:

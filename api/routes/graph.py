@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 from pyoxigraph import NamedNode
 
-from api.deps import TenantStore, get_principal
+from api.deps import CurrentPrincipal, TenantStore, get_principal, governs
 from api.errors import responses
 from api.models import IRI_PATTERN
 from projections.explain import inferred_about
@@ -18,7 +18,7 @@ router = APIRouter(
     prefix="/v1/tenants/{tenant}/graph",
     tags=["graph"],
     dependencies=[Depends(get_principal)],
-    responses=responses(401, 404, json_content=True),
+    responses=responses(401, 403, 404, json_content=True),
 )
 
 
@@ -34,14 +34,17 @@ class NQuadsResponse(PlainTextResponse):
         **responses(400, 408, 413, 422, 431, json_content=True),
     },
 )
-async def export_graph(graph: TenantStore) -> NQuadsResponse:
-    """The tenant's asserted and inferred facts and its checkpoint as sorted N-Quads."""
+async def export_graph(graph: TenantStore, who: CurrentPrincipal) -> NQuadsResponse:
+    """The tenant's asserted and inferred facts and its checkpoint as sorted N-Quads (operators
+    and auditors: every memory is in it)."""
+    governs(who)
     return NQuadsResponse(export_nquads(graph) if graph is not None else "")
 
 
 @router.get("/inferred", responses=responses(422))
 async def explain_subject(
     graph: TenantStore,
+    who: CurrentPrincipal,
     subject: Annotated[
         str,
         Query(
@@ -51,7 +54,9 @@ async def explain_subject(
         ),
     ],
 ) -> dict[str, Any]:
-    """Every inferred fact about ``subject``, each with its rule and derivation tree."""
+    """Every inferred fact about ``subject``, each with its rule and derivation tree (operators and
+    auditors: a subject may be any memory)."""
+    governs(who)
     try:
         node = NamedNode(subject)
     except ValueError:  # shaped like an IRI but not one: no fact can be about it

@@ -1,4 +1,9 @@
-"""Memories of one tenant: list, read one, remember."""
+"""Memories of one tenant: list, read one, its lineage; remember, revise, supersede, restore, forget.
+
+Reads answer only what the token's principal may see (``projections.visibility.may_see``): a
+memory it may not see is "not found", as one that does not exist. Writes are commands
+(``commands.writes``); who may make them is the projection's decision (``projections.governance``).
+"""
 
 from __future__ import annotations
 
@@ -6,22 +11,38 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from api.deps import Commands, IdempotencyKey, TenantId, TenantStore, event_id_for, get_principal, not_found
+from api.deps import (
+    Commands,
+    CurrentPrincipal,
+    IdempotencyKey,
+    TenantId,
+    TenantStore,
+    event_id_for,
+    get_principal,
+    not_found,
+    token_actor,
+)
 from api.errors import responses
 from api.models import (
     CLASS_PATTERN,
     Accepted,
+    Attribution,
+    ForgetRequest,
     Kind,
     MemoriesPublic,
     MemoryCreate,
+    MemoryPatch,
     MemoryPublic,
     Scope,
+    SupersedeRequest,
     anchored,
 )
+from commands import writes
 from projections.explain import derived_for_memory, inferred_about
-from projections.read import get_memory, list_memory_ids, memory_statuses
+from projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
 from projections.tenant_graph import TenantGraph
 from projections.terms import memory_iri
+from projections.visibility import Principal, may_see_memory
 from schemas import vocabulary as v
 
 router = APIRouter(
@@ -37,6 +58,7 @@ MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A
 @router.get("", response_model=MemoriesPublic, responses=responses(422))
 async def list_memories(
     graph: TenantStore,
+    who: CurrentPrincipal,
     kind: Kind | None = None,
     scope: Scope | None = None,
     memory_class: Annotated[str | None, Query(alias="class", max_length=1024, pattern=CLASS_PATTERN)] = None,
@@ -47,8 +69,18 @@ async def list_memories(
     if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
         return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
+    if not who.sees_everything:
+        ids = [i for i in ids if (m := get_memory(graph, i)) is not None and may_see_memory(who, m)]
     page = [get_memory(graph, i) for i in ids[offset : offset + limit]]
     return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=len(ids))
+
+
+def visible(graph: TenantGraph | None, memory_id: str, who: Principal) -> dict[str, Any]:
+    """The memory, if it exists and ``who`` may see it; else 404 (the two are not told apart)."""
+    found = get_memory(graph, memory_id) if graph is not None else None
+    if found is None or not may_see_memory(who, found):
+        raise not_found(f"memory {memory_id}")
+    return found
 
 
 def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
@@ -64,23 +96,31 @@ def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
 
 
 @router.get("/{memory_id}", response_model=MemoryPublic, responses=responses(404, 422))
-async def read_memory(graph: TenantStore, memory_id: MemoryId) -> MemoryPublic:
+async def read_memory(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> MemoryPublic:
     """One memory with its derived statuses, each explained by its rule and inputs."""
-    found = get_memory(graph, memory_id) if graph is not None else None
-    if graph is None or found is None:
-        raise not_found(f"memory {memory_id}")
+    found = visible(graph, memory_id, who)
+    assert graph is not None
     return with_derived(graph, found)
 
 
 @router.get("/{memory_id}/derivations", responses=responses(404, 422))
-async def derivations(graph: TenantStore, memory_id: MemoryId) -> dict[str, Any]:
+async def derivations(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> dict[str, Any]:
     """Every inferred fact about a memory with full derivation trees down to asserted facts."""
-    if graph is None or get_memory(graph, memory_id) is None:
-        raise not_found(f"memory {memory_id}")
+    visible(graph, memory_id, who)
+    assert graph is not None
     return {"memory_id": memory_id, "inferred": inferred_about(graph, memory_iri(memory_id), depth=4)}
 
 
-WRITE_RESPONSES = responses(409, 413, 422, 503, 504)
+@router.get("/{memory_id}/lineage", responses=responses(404, 422))
+async def lineage(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> dict[str, Any]:
+    """Where a belief came from: source, actor, purpose, valid and system time, the supersession
+    chain both ways (nearest first), and every event that touched it, in log order."""
+    visible(graph, memory_id, who)
+    assert graph is not None
+    return memory_lineage(graph, memory_id) or {}
+
+
+WRITE_RESPONSES = responses(403, 409, 413, 422, 503, 504)
 
 
 @router.post("", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
@@ -88,9 +128,82 @@ async def remember(
     tenant: TenantId,
     body: MemoryCreate,
     commands: Commands,
+    who: CurrentPrincipal,
     idempotency_key: IdempotencyKey = None,
     wait: bool = False,
 ) -> Accepted:
     """Validate and append MemoryRemembered; with ``wait=true`` answer once it is readable."""
-    by = body.attribution(event_id_for(tenant, idempotency_key, body.event_id))
+    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
     return Accepted.model_validate(await commands.remember(tenant, body.payload(), by, wait=wait))
+
+
+def _by(tenant: str, body: Attribution, who: Principal, key: str | None) -> writes.Attribution:
+    return body.attribution(token_actor(who, body.actor), event_id_for(tenant, key, body.event_id))
+
+
+@router.patch("/{memory_id}", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
+async def revise(
+    tenant: TenantId,
+    memory_id: MemoryId,
+    body: MemoryPatch,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append MemoryRevised: a field absent is untouched, ``null`` cleared, a value set."""
+    by = _by(tenant, body, who, idempotency_key)
+    accepted = await commands.revise(
+        tenant, memory_id, by, changes=body.changes(), property_changes=body.properties, wait=wait
+    )
+    return Accepted.model_validate(accepted)
+
+
+@router.post("/{memory_id}/supersede", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
+async def supersede(
+    tenant: TenantId,
+    memory_id: MemoryId,
+    body: SupersedeRequest,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append MemorySuperseded: ``superseded_by`` (an existing memory) replaces this one."""
+    by = _by(tenant, body, who, idempotency_key)
+    return Accepted.model_validate(
+        await commands.supersede(tenant, memory_id, body.superseded_by, by, wait=wait)
+    )
+
+
+@router.post("/{memory_id}/restore", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
+async def restore(
+    tenant: TenantId,
+    memory_id: MemoryId,
+    body: Attribution,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append MemoryRestored: a superseded memory is active again."""
+    by = _by(tenant, body, who, idempotency_key)
+    return Accepted.model_validate(await commands.restore(tenant, memory_id, by, wait=wait))
+
+
+@router.post("/{memory_id}/forget", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
+async def forget(
+    tenant: TenantId,
+    memory_id: MemoryId,
+    body: ForgetRequest,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append MemoryForgotten (operators and auditors): the content is redacted, the node and its
+    lineage stay, with who forgot it and why."""
+    by = _by(tenant, body, who, idempotency_key)
+    return Accepted.model_validate(
+        await commands.forget(tenant, memory_id, by, reason=body.reason, wait=wait)
+    )

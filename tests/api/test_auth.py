@@ -140,3 +140,36 @@ def test_engram_token_mints_what_the_server_accepts(
     assert principal.teams == frozenset({"growth", "brand"})
     assert 890 <= jwt.decode(token, options={"verify_signature": False})["exp"] - time.time() <= 900
     assert engram(["token", "acme", "--role", "agent", "--user", "drafter"]) == 1  # an agent names its user
+
+
+WHO = {"source": "operator"}
+MEMORY = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3}
+KPI = {**WHO, "metric": "roas", "value": 1.0, "period": "p"}
+SAMS = {**MEMORY, "scope": "user", "stakeholders": {"user_id": "sam"}}
+ANNS = {**MEMORY, "scope": "user", "stakeholders": {"user_id": "ann"}}
+AS_DANA = {**MEMORY, "actor": {"id": "dana", "role": "operator"}}
+
+
+@pytest.mark.parametrize(
+    ("role", "user", "path", "body", "status", "reason"),
+    [
+        ("user", "sam", "memories", {**MEMORY, "scope": "company"}, 403, "by an operator, not a user"),
+        ("user", "sam", "memories", ANNS, 403, "by its user (ann)"),
+        ("pipeline", "etl", "memories", MEMORY, 403, "a pipeline may only emit"),
+        ("auditor", "audrey", "kpis", KPI, 403, "from a pipeline or an operator"),
+        ("user", "sam", "memories", AS_DANA, 422, "actor is the bearer token's"),
+        # allowed: every check passes, and the stand-in has no log to append to
+        ("user", "sam", "memories", SAMS, 503, "unavailable"),
+        ("pipeline", "etl", "kpis", KPI, 503, "unavailable"),
+        ("operator", "dana", "memories", AS_DANA, 503, "unavailable"),
+    ],
+)  # fmt: skip
+def test_writes_are_the_tokens_to_make(
+    role: str, user: str, path: str, body: dict, status: int, reason: str
+) -> None:
+    api = client()
+    r = api.post(
+        f"/v1/tenants/acme/{path}", json=body, headers=bearer(mint(SETTINGS, "acme", role=role, user=user))
+    )
+    assert r.status_code == status, r.text
+    assert reason in r.json()["detail"][0]["msg"]

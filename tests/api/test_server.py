@@ -22,9 +22,20 @@ WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
 
 
 def remember(server: Server, tenant: str, **body: object) -> httpx.Response:
-    payload = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3, **body}
+    """Written by the operator dana; a user-scoped memory by its user (as the rules want)."""
+    payload: dict = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3, **body}
+    headers = {}
+    if payload.get("scope") == "user" and isinstance(payload.get("stakeholders"), dict):
+        user = payload["stakeholders"].get("user_id")
+        if user:
+            headers = server.bearer(tenant, role="user", user=user)
+            payload.pop("actor")
     return server.http.post(
-        f"{server.url}/v1/tenants/{tenant}/memories", params={"wait": "true"}, json=payload, timeout=40
+        f"{server.url}/v1/tenants/{tenant}/memories",
+        params={"wait": "true"},
+        json=payload,
+        headers=headers,
+        timeout=40,
     )
 
 

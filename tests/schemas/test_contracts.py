@@ -143,7 +143,8 @@ def test_the_predicates_engram_reserves_are_the_ones_the_projection_writes() -> 
         EXAMPLES["MemoryRevised"]["property_changes"]
     )
     for offset, (etype, payload) in enumerate(steps):
-        delta = checked_plan(load_knowledge(), event(etype, payload), Position(0, offset), state)
+        ev = event(etype, payload, purpose="a test of what the projection writes")
+        delta = checked_plan(load_knowledge(), ev, Position(0, offset), state)
         state.apply(delta)
         written |= {
             q.predicate.value.removeprefix(v.ENGRAM)

@@ -1,0 +1,70 @@
+"""Live business data beside the memories: KPI and spend observations, and the graph's clock."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from api.deps import (
+    Commands,
+    CurrentPrincipal,
+    IdempotencyKey,
+    TenantId,
+    event_id_for,
+    get_principal,
+    token_actor,
+)
+from api.errors import responses
+from api.models import Accepted, ClockTick, KpiCreate, SpendCreate
+
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}",
+    tags=["live data"],
+    dependencies=[Depends(get_principal)],
+    responses=responses(401, 404, 403, 409, 413, 422, 503, 504),
+)
+
+
+@router.post("/kpis", response_model=Accepted, status_code=202)
+async def observe_kpi(
+    tenant: TenantId,
+    body: KpiCreate,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append KpiObserved (a pipeline's or an operator's); with ``wait=true`` once it is applied."""
+    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    accepted = await commands.observe_kpi(tenant, body.metric, body.value, body.period, by, wait=wait)
+    return Accepted.model_validate(accepted)
+
+
+@router.post("/spend", response_model=Accepted, status_code=202)
+async def observe_spend(
+    tenant: TenantId,
+    body: SpendCreate,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append SpendObserved (spend to date on one platform for a period)."""
+    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    accepted = await commands.observe_spend(
+        tenant, body.platform, body.amount, body.currency, body.period, by, wait=wait
+    )
+    return Accepted.model_validate(accepted)
+
+
+@router.post("/clock", response_model=Accepted, status_code=202)
+async def tick_clock(
+    tenant: TenantId,
+    body: ClockTick,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> Accepted:
+    """Append ClockTicked: the graph's now, which expiry and the live context are decided against."""
+    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    return Accepted.model_validate(await commands.tick_clock(tenant, body.now, by, wait=wait))
