@@ -176,9 +176,10 @@ def test_blocks_order_statuses_and_live_data(rserver: tuple[Server, Settings]) -
             "value": 2.7,
             "period": "2026-11",
         },
+        headers=srv.bearer(t, role="pipeline", user="etl"),
         timeout=30,
     )
-    assert r.status_code == 202
+    assert r.status_code == 202, r.text
     ctx = context(srv, t, q="emoji in headlines")
     assert [b["title"] for b in ctx["blocks"]] == ["Objectives", "Preferences", "Facts", "Budget constraints"]
     prefs = next(b for b in ctx["blocks"] if b["title"] == "Preferences")["items"]
@@ -262,7 +263,7 @@ def test_the_cap_and_expiry_are_the_rules(rserver: tuple[Server, Settings]) -> N
                 "type": "ClockTicked",
                 "tenant": t,
                 "source": "system",
-                "actor": {"id": "clock", "role": "system"},
+                "actor": {"id": "clock", "role": "pipeline"},
                 "payload": {"now": "2026-06-01T00:00:00Z"},
             }
         )
@@ -270,7 +271,8 @@ def test_the_cap_and_expiry_are_the_rules(rserver: tuple[Server, Settings]) -> N
             pos = await producer.send(ev)
         r = srv.http.get(
             f"{srv.url}/v1/tenants/{t}/context",
-            params={"after": f"{pos.partition}:{pos.offset}", "user": "bob"},
+            params={"after": f"{pos.partition}:{pos.offset}"},
+            headers=as_user(srv, t, "bob"),
         )
         assert r.status_code == 200
         assert "promo" not in ids_in(r.json())

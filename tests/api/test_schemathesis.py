@@ -33,14 +33,30 @@ headers = { Authorization = "Bearer @TOKEN@" }
 
 [[operations]]
 include-method = "POST"
-include-path = ["/v1/tenants/{tenant}/memories", "/v1/tenants/{tenant}/kpis"]
-checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "409", "422"]
+include-path = [
+  "/v1/tenants/{tenant}/memories",
+  "/v1/tenants/{tenant}/kpis",
+  "/v1/tenants/{tenant}/spend",
+  "/v1/tenants/{tenant}/clock",
+]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "403", "404", "409", "422"]
+
+[[operations]]
+include-path = [
+  "/v1/tenants/{tenant}/memories/{memory_id}",
+  "/v1/tenants/{tenant}/memories/{memory_id}/supersede",
+  "/v1/tenants/{tenant}/memories/{memory_id}/restore",
+  "/v1/tenants/{tenant}/memories/{memory_id}/forget",
+]
+include-method = ["PATCH", "POST"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "403", "404", "409", "422"]
 
 [[operations]]
 include-method = "GET"
 include-path = [
   "/v1/tenants/{tenant}/memories/{memory_id}",
   "/v1/tenants/{tenant}/memories/{memory_id}/derivations",
+  "/v1/tenants/{tenant}/memories/{memory_id}/lineage",
 ]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
 
