@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from typing import Annotated, Any
@@ -101,6 +102,7 @@ def get_verifier(request: Request) -> Verifier:
 
 
 def get_principal(
+    request: Request,
     tenant: TenantId,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     verifier: Annotated[Verifier, Depends(get_verifier)],
@@ -116,6 +118,16 @@ def get_principal(
         raise unauthorized(str(exc)) from exc
     if claims.tenant != tenant:
         raise tenant_not_found(tenant)
+    wait = request.app.state.rate_limits.take((tenant, claims.principal.subject or ""))
+    if wait > 0:
+        exc = problem(
+            429,
+            f"too many requests from {claims.principal.subject}; retry in {wait:.2f}s",
+            ["header", "Authorization"],
+            "rate_limited",
+        )
+        exc.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
+        raise exc
     return claims.principal
 
 
@@ -161,3 +173,34 @@ async def get_search_graph(tenant: TenantId, commands: Commands) -> TenantGraph 
 
 
 SearchStore = Annotated[TenantGraph | None, Depends(get_search_graph)]
+
+
+# -- unknown query parameters --------------------------------------------------------------------
+_known: dict[int, frozenset[str]] = {}
+
+
+def _query_names(dependant: Any) -> set[str]:
+    names = {field.alias for field in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def known_query_only(request: Request) -> None:
+    """A query parameter the route does not take is refused (422), so a client that misspells
+    ``kind`` or ``as_of`` is told so rather than silently answered without it."""
+    route = request.scope.get("route")
+    if route is None or not request.query_params:
+        return
+    allowed = _known.get(id(route))
+    if allowed is None:
+        allowed = _known[id(route)] = frozenset(_query_names(route.dependant))
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "none"
+        raise problem(
+            422,
+            f"unknown query parameter {unknown[0][:64]!r}; this route takes: {takes}",
+            ["query", unknown[0][:64]],
+            "unknown_parameter",
+        )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections import OrderedDict
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -147,3 +149,23 @@ class AllowedHosts(TrustedHostMiddleware):
                 ],
             ),
         )
+
+
+class RateLimits:
+    """A token bucket per principal (tenant and subject): ``per_s`` requests a second, ``burst`` at
+    once. Buckets of principals not seen for a while are dropped (at most ``keep`` are held)."""
+
+    def __init__(self, per_s: float, burst: int, keep: int = 100_000) -> None:
+        self.per_s, self.burst, self.keep = per_s, burst, keep
+        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+
+    def take(self, key: tuple[str, str], now: float | None = None) -> float:
+        """0 if the request may go; else the seconds until it may."""
+        now = time.monotonic() if now is None else now
+        tokens, at = self._buckets.pop(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.per_s)
+        wait = 0.0 if tokens >= 1 else (1 - tokens) / self.per_s
+        self._buckets[key] = (tokens - 1 if wait == 0 else tokens, now)
+        while len(self._buckets) > self.keep:
+            self._buckets.popitem(last=False)
+        return wait

@@ -6,11 +6,13 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 
 from api import errors
 from api.auth import Verifier
-from api.limits import AllowedHosts, RequestLimits
+from api.deps import known_query_only
+from api.limits import AllowedHosts, RateLimits, RequestLimits
 from api.routes import graph, health, live_data, memories, recall
 from api.runtime import running
 from engram.settings import Settings
@@ -25,14 +27,16 @@ def create_app(settings: Settings) -> FastAPI:
             app.state.runtime = runtime
             yield
 
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs and /redoc from the package's own assets: no CDN, works offline
         title="engram",
         summary="Governed, reasoning memory for AI agents",
         version="0.1.0",
         lifespan=lifespan,
         responses=errors.responses(400, 408, 413, 431),  # any request: Host, body time and size, head size
+        dependencies=[Depends(known_query_only)],
     )
     app.state.verifier = Verifier(settings)
+    app.state.rate_limits = RateLimits(settings.rate_limit_per_s, settings.rate_limit_burst)
     for router in (health.router, memories.router, live_data.router, graph.router, recall.router):
         app.include_router(router)
     errors.install(app)

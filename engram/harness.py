@@ -40,6 +40,8 @@ def isolated_settings(base: Settings, data_dir: Path, *, partitions: int = 4) ->
         api_port=free_port(),
         wait_timeout_s=30,
         log_level="WARNING",
+        rate_limit_per_s=100_000.0,  # tests and benchmarks measure the system, not the limiter
+        rate_limit_burst=100_000,
     )
 
 
@@ -55,6 +57,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_WAIT_TIMEOUT_S": str(settings.wait_timeout_s),
         "ENGRAM_CACHE_DIR": str(settings.cache_dir),
         "ENGRAM_LOG_LEVEL": settings.log_level,
+        "ENGRAM_RATE_LIMIT_PER_S": str(settings.rate_limit_per_s),
+        "ENGRAM_RATE_LIMIT_BURST": str(settings.rate_limit_burst),
         **({"ENGRAM_AUTH_SECRET": settings.auth_secret} if settings.auth_secret else {}),
     }
 

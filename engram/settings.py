@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     )
     auth_jwks: Path | None = Field(None, description="JWKS file: bearer tokens signed by one of its keys.")
     auth_issuer: str = Field("engram", description="The `iss` every bearer token must carry.")
+    rate_limit_per_s: float = Field(
+        100.0, gt=0, description="Requests per second each principal (tenant and subject) may make."
+    )
+    rate_limit_burst: int = Field(
+        200, ge=1, description="Requests a principal may make at once above the rate."
+    )
 
     @property
     def allowed_host_list(self) -> list[str]:

@@ -18,7 +18,7 @@ router = APIRouter(
     prefix="/v1/tenants/{tenant}/graph",
     tags=["graph"],
     dependencies=[Depends(get_principal)],
-    responses=responses(401, 403, 404, json_content=True),
+    responses=responses(401, 403, 404, 429, json_content=True),
 )
 
 

@@ -20,7 +20,7 @@ router = APIRouter(
     prefix="/v1/tenants/{tenant}",
     tags=["live data"],
     dependencies=[Depends(get_principal)],
-    responses=responses(401, 404, 403, 409, 413, 422, 503, 504),
+    responses=responses(401, 403, 404, 409, 413, 422, 429, 503, 504),
 )
 
 

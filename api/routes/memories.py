@@ -49,7 +49,7 @@ router = APIRouter(
     prefix="/v1/tenants/{tenant}/memories",
     tags=["memories"],
     dependencies=[Depends(get_principal)],
-    responses=responses(401, 404),
+    responses=responses(401, 404, 429),
 )
 
 MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A memory id")]

@@ -36,7 +36,7 @@ router = APIRouter(
     prefix="/v1/tenants/{tenant}",
     tags=["recall"],
     dependencies=[Depends(get_principal)],
-    responses=responses(401, 404),
+    responses=responses(401, 404, 429),
 )
 
 

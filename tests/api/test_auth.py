@@ -173,3 +173,26 @@ def test_writes_are_the_tokens_to_make(
     )
     assert r.status_code == status, r.text
     assert reason in r.json()["detail"][0]["msg"]
+
+
+def test_each_principal_has_its_own_rate_limit() -> None:
+    api = client(rate_limit_per_s=1.0, rate_limit_burst=3)
+    sam = bearer(mint(SETTINGS, "acme", role="user", user="sam"))
+    answers = [api.get(MEMORIES, headers=sam).status_code for _ in range(4)]
+    assert answers == [200, 200, 200, 429]
+    limited = api.get(MEMORIES, headers=sam)
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+    assert "retry in" in limited.json()["detail"][0]["msg"]
+    ann = bearer(mint(SETTINGS, "acme", role="user", user="ann"))
+    assert api.get(MEMORIES, headers=ann).status_code == 200  # another principal is not held back
+
+
+def test_a_bucket_refills_at_the_rate() -> None:
+    from api.limits import RateLimits
+
+    limits = RateLimits(per_s=2.0, burst=2)
+    key = ("acme", "sam")
+    assert [limits.take(key, now=0.0) for _ in range(2)] == [0.0, 0.0]
+    assert limits.take(key, now=0.0) == 0.5
+    assert limits.take(key, now=0.5) == 0.0  # one token back after 1/rate seconds
+    assert limits.take(key, now=0.5) == 0.5

@@ -348,3 +348,40 @@ def test_every_rule_has_an_explanation_naming_only_its_variables() -> None:
         assert rule.explain, f"{rule.source} has no #@explain sentence"
         names = {n for _, n, _, _ in string.Formatter().parse(rule.explain) if n}
         assert names <= rule.positive_vars, (rule.source, names - rule.positive_vars)
+
+
+@pytest.mark.parametrize(
+    ("path", "unknown"),
+    [
+        ("/v1/tenants/acme/memories?kynd=fact", "kynd"),
+        ("/v1/tenants/acme/recall?q=x&as_of=2026-06-01", "as_of"),
+        ("/v1/tenants/acme/context?q=x&valid_at=2026-06-01", "valid_at"),
+        ("/v1/tenants/acme/memories/m1?user=bob", "user"),
+        ("/healthz?verbose=1", "verbose"),
+    ],
+)
+def test_unknown_query_parameters_are_refused_by_name(api: TestClient, path: str, unknown: str) -> None:
+    [item] = assert_one_shape(api.get(path), 422)
+    assert item["loc"] == ["query", unknown] and item["type"] == "unknown_parameter"
+    assert "this route takes" in item["msg"]
+
+
+def test_known_query_parameters_still_pass(api: TestClient) -> None:
+    assert (
+        api.get("/v1/tenants/acme/memories?kind=fact&scope=user&class=Memory&active=true&limit=5").status_code
+        == 200
+    )
+    assert api.get("/v1/tenants/acme/recall?q=x&kind=fact&class=Memory&fusion=bm25").status_code == 200
+
+
+def test_the_docs_page_needs_no_internet(api: TestClient) -> None:
+    page = api.get("/docs").text
+    assert "cdn." not in page and "unpkg" not in page and "jsdelivr" not in page
+    scripts = [part.split('"')[1] for part in page.split("src=")[1:]] + [
+        part.split('"')[1] for part in page.split('href="')[1:] if part.split('"')[0].endswith(".css")
+    ]
+    assert any(s.endswith("swagger-ui-bundle.js") for s in scripts), page
+    for asset in scripts:
+        if asset.startswith("/"):
+            assert api.get(asset).status_code == 200, asset
+    assert api.get("/redoc").status_code == 200
