@@ -239,6 +239,11 @@ class MemoryPatch(Attribution):
         return out
 
 
+class LegalHoldRequest(Attribution):
+    memory_id: Id
+    reason: StrictStr | None = Field(None, max_length=1024, description="Why (a case number, say)")
+
+
 class SupersedeRequest(Attribution):
     superseded_by: Id = Field(description="The memory that replaces this one (it must exist)")
 
@@ -303,6 +308,7 @@ class MemoryPublic(BaseModel):
     supersedes: list[str]
     forgotten: bool
     active: bool
+    legal_hold: str | None = Field(None, description="The reason of the legal hold that stands, if any")
     lineage: list[str]
     classes: list[str] = Field(default_factory=list, description="Asserted and inferred classes")
     statuses: dict[str, StatusValue] = Field(

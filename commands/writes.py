@@ -1,13 +1,14 @@
 """Every write: validate, decide as the projection would, append to the log, optionally wait.
 
 One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``forget``,
-``observe_kpi``, ``observe_spend``, ``tick_clock``, ``change_stakeholder``), all through
-``submit``. The answers: ``Accepted`` (``applied`` once the projection has it), or a ``Refused``:
-403 for a change the actor may not make (``projections.governance``), 409 for a memory id that
-is taken or an event id reused for different content (or an event the projection rejected while
-the caller waited), 413 for an event the log cannot hold, 422 for an invalid event, 503 if the
-log is unreachable, 504 if ``wait`` times out. A retry of a write that
-was applied (same event id, same content) is answered as the original, not produced again.
+``place_hold``, ``release_hold``, ``observe_kpi``, ``observe_spend``, ``tick_clock``,
+``change_stakeholder``), all through ``submit``. The answers: ``Accepted`` (``applied`` once the
+projection has it), or a ``Refused``: 403 for a change the actor may not make
+(``projections.governance``), 409 for a memory id that is taken, an event id reused for different
+content, a forget under a legal hold (or an event the projection rejected while the caller
+waited), 413 for an event the log cannot hold, 422 for an invalid event, 503 if the log is
+unreachable, 504 if ``wait`` times out. A retry of a write that was applied (same event id, same
+content) is answered as the original, not produced again.
 """
 
 from __future__ import annotations
@@ -183,6 +184,19 @@ class Commands:
     ) -> Accepted:
         payload = {"memory_id": memory_id, "reason": reason}
         return await self.submit(tenant, "MemoryForgotten", payload, by, wait=wait)
+
+    async def place_hold(
+        self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False
+    ) -> Accepted:
+        """A legal hold: while it stands the memory may not be forgotten."""
+        payload = {"memory_id": memory_id, "reason": reason}
+        return await self.submit(tenant, "LegalHoldPlaced", payload, by, wait=wait)
+
+    async def release_hold(
+        self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False
+    ) -> Accepted:
+        payload = {"memory_id": memory_id, "reason": reason}
+        return await self.submit(tenant, "LegalHoldReleased", payload, by, wait=wait)
 
     # -- live business data ----------------------------------------------------------------
     async def observe_kpi(

@@ -10,7 +10,8 @@ log cannot be used to go around the API.
 * Revising, superseding or restoring a memory (and naming it in ``replaces``): its owner (a
   user-scoped memory's user, or whoever wrote a shared one); operators may for team and company
   memories.
-* Forgetting: operators and auditors. A user's teams and role: operators.
+* Forgetting, and placing or releasing a legal hold: operators and auditors. A user's teams and
+  role: operators.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ def refusal(event: Event, state: GraphState) -> str | None:
         return f"{event.type} comes from a pipeline or an operator, not a {actor.role}"
     if actor.role == Role.PIPELINE:
         return "a pipeline may only emit KpiObserved, SpendObserved and ClockTicked"
-    if isinstance(p, ev.MemoryForgotten):
+    if isinstance(p, ev.MemoryForgotten | ev.LegalHoldPlaced | ev.LegalHoldReleased):
         ok = actor.role in (Role.OPERATOR, Role.AUDITOR)
-        return None if ok else "forgetting a memory is an operator's or an auditor's action"
+        return None if ok else f"{event.type} is an operator's or an auditor's action"
     if actor.role == Role.AUDITOR:
         return "an auditor reads and forgets; it does not write memories"
     if isinstance(p, ev.StakeholderChanged):

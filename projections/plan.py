@@ -241,12 +241,32 @@ def _restored(b: Builder, p: ev.MemoryRestored) -> None:
 @planner(ev.MemoryForgotten)
 def _forgotten(b: Builder, p: ev.MemoryForgotten) -> None:
     m = b.existing(p.memory_id)
+    if hold := b.state.objects(m, e("legalHold")):
+        raise Conflict(f"memory {p.memory_id} is under a legal hold ({hold[0].value}); release it first")
     b.replace(m, e("content"), Literal(REDACTED))
     b.removes.extend(Quad(m, e("embedding"), o, VECTORS) for o in b.state.vectors(m))
     b.replace(m, e("forgotten"), Literal(True))
     b.replace(m, e("forgottenAt"), time_literal(b.event.occurred_at))
     if p.reason:
         b.replace(m, e("forgottenReason"), Literal(p.reason))
+    b.touch(m)
+
+
+@planner(ev.LegalHoldPlaced)
+def _held(b: Builder, p: ev.LegalHoldPlaced) -> None:
+    m = b.existing(p.memory_id)
+    if b.state.objects(m, e("forgotten")):
+        raise InvalidEvent(f"memory {p.memory_id} is forgotten; there is nothing left to hold")
+    b.replace(m, e("legalHold"), Literal(p.reason or "legal hold"))
+    b.touch(m)
+
+
+@planner(ev.LegalHoldReleased)
+def _released(b: Builder, p: ev.LegalHoldReleased) -> None:
+    m = b.existing(p.memory_id)
+    if not b.state.objects(m, e("legalHold")):
+        raise InvalidEvent(f"memory {p.memory_id} is not under a legal hold")
+    b.clear(m, e("legalHold"))
     b.touch(m)
 
 

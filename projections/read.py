@@ -116,6 +116,7 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
         "supersedes": supersedes,
         "forgotten": forgotten,
         "active": superseded_by is None and not forgotten,
+        "legal_hold": one("legalHold"),
         "lineage": sorted(_value(x) for x in facts.get("changedBy", [])),
     }
 

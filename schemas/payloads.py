@@ -374,6 +374,18 @@ class StakeholderChanged(Payload):
             c.id(team, "team id")
 
 
+@dataclass(frozen=True, kw_only=True)
+class LegalHoldPlaced(MemoryEvent):
+    """While a hold stands the memory may not be forgotten (a forget is refused as a conflict)."""
+
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LegalHoldReleased(MemoryEvent):
+    reason: str | None = None
+
+
 def _subclasses(cls: type[Payload]) -> list[type[Payload]]:
     return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
 

@@ -105,7 +105,7 @@ MEMORY_PREDICATES: Final = frozenset(
         "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
         "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source", "actor",
         "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy", "forgotten",
-        "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose",
+        "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose", "legalHold",
     }
 )  # fmt: skip
 

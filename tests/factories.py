@@ -79,6 +79,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "SpendObserved": {"platform": "meta", "amount": 34000.0, "currency": "USD", "period": "2026-11"},
     "ClockTicked": {"now": "2026-12-01T00:00:00Z"},
     "StakeholderChanged": {"user_id": "sam", "team_ids": ["growth", "brand"], "role": "user"},
+    "LegalHoldPlaced": {"memory_id": "m1", "reason": "litigation 2026-17"},
+    "LegalHoldReleased": {"memory_id": "m1", "reason": "case closed"},
 }
 
 

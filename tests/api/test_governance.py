@@ -70,6 +70,15 @@ def test_the_lifecycle_over_http(server: Server) -> None:
     assert post(server, "acme", "/memories/cap/restore", {}).status_code == 422  # not superseded now
     assert post(server, "acme", "/memories/cap2/forget", {"reason": "asked"}, **SAM).status_code == 403
     assert (
+        post(server, "acme", "/legal-holds", {"memory_id": "cap2", "reason": "case 17"}, **SAM).status_code
+        == 403
+    )
+    assert post(server, "acme", "/legal-holds", {"memory_id": "cap2", "reason": "case 17"}).status_code == 202
+    assert server.http.get(url(server, "acme", "/memories/cap2")).json()["legal_hold"] == "case 17"
+    held = post(server, "acme", "/memories/cap2/forget", {"reason": "asked"}, role="auditor", user="audrey")
+    assert held.status_code == 409 and "legal hold (case 17)" in held.json()["detail"][0]["msg"], held.text
+    assert post(server, "acme", "/legal-holds/cap2/release", {"reason": "closed"}).status_code == 202
+    assert (
         post(
             server, "acme", "/memories/cap2/forget", {"reason": "asked"}, role="auditor", user="audrey"
         ).status_code

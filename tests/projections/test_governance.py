@@ -24,7 +24,7 @@ from tests.factories import envelope, event, remembered
 
 KNOWLEDGE = load_knowledge()
 SCOPES = ("user", "team", "company")
-ACTIONS = ("remember", "revise", "supersede", "restore", "replace", "forget")
+ACTIONS = ("remember", "revise", "supersede", "restore", "replace", "forget", "hold")
 ROLES = ("user", "agent", "operator", "pipeline", "auditor")
 
 
@@ -46,7 +46,7 @@ def actor(role: str, owner: bool, scope: str) -> dict[str, str]:
 
 def allowed(role: str, scope: str, action: str, owner: bool) -> bool:
     """The rules, said plainly."""
-    if action == "forget":
+    if action in ("forget", "hold"):
         return role in ("operator", "auditor")
     if role in ("pipeline", "auditor"):
         return False
@@ -109,6 +109,8 @@ def attempt(role: str, scope: str, action: str, owner: bool) -> dict[str, Any]:
             }
         case "restore":
             return {"type": "MemoryRestored", "payload": {"memory_id": f"s-{scope}"}, "actor": who}
+        case "hold":
+            return {"type": "LegalHoldPlaced", "payload": {"memory_id": target}, "actor": who}
         case _:
             return {"type": "MemoryForgotten", "payload": {"memory_id": target}, "actor": who}  # fmt: skip
 
@@ -153,7 +155,7 @@ def test_live_data_and_stakeholders_matrix(etype: str, role: str) -> None:
 
 
 def test_the_matrix_is_complete_and_the_refusal_names_the_rule() -> None:
-    assert len(CELLS) + len(LIVE) * len(ROLES) == 140
+    assert len(CELLS) + len(LIVE) * len(ROLES) == 160
     with pytest.raises(Forbidden, match="company memories are written by an operator, not a user"):
         checked_plan(
             KNOWLEDGE,

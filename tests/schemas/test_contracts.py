@@ -137,6 +137,8 @@ def test_the_predicates_engram_reserves_are_the_ones_the_projection_writes() -> 
         ("MemoryRestored", {"memory_id": "m1"}),
         ("MemoryRevised", EXAMPLES["MemoryRevised"]),
         ("MemorySuperseded", EXAMPLES["MemorySuperseded"]),
+        ("LegalHoldPlaced", {"memory_id": "m2", "reason": "case 17"}),
+        ("LegalHoldReleased", {"memory_id": "m2"}),
         ("MemoryForgotten", EXAMPLES["MemoryForgotten"]),
     ]
     properties = set(EXAMPLES["MemoryRemembered"]["properties"]) | set(
