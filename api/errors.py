@@ -32,6 +32,7 @@ TYPES: dict[int, str] = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    406: "not_acceptable",
     408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
@@ -162,6 +163,7 @@ def responses(*statuses: int, json_content: bool = False) -> dict[int | str, dic
         403: "The token's principal may not make this change (see the README's authorisation rules)",
         404: "Not found (a tenant the token is not for is not found either)",
         405: "Method not allowed; the Allow header lists the methods of the path",
+        406: "No result format the Accept header names",
         408: "The request body did not arrive within ENGRAM_BODY_TIMEOUT_S",
         409: "Conflict: the id exists, the idempotency key was reused with other content, "
         "or the projection rejected the event",

@@ -196,3 +196,14 @@ def test_a_bucket_refills_at_the_rate() -> None:
     assert limits.take(key, now=0.0) == 0.5
     assert limits.take(key, now=0.5) == 0.0  # one token back after 1/rate seconds
     assert limits.take(key, now=0.5) == 0.5
+
+
+def test_sparql_is_for_operators_and_auditors() -> None:
+    api = client()
+    q = {"query": "SELECT * WHERE { ?s ?p ?o } LIMIT 1"}
+    user = bearer(mint(SETTINGS, "acme", role="user", user="sam"))
+    assert api.post("/v1/tenants/acme/sparql", json=q, headers=user).status_code == 403
+    auditor = bearer(mint(SETTINGS, "acme", role="auditor", user="audrey"))
+    r = api.post("/v1/tenants/acme/sparql", json=q, headers=auditor)
+    assert r.status_code == 200 and r.json()["results"]["bindings"] == []  # no store yet: nothing
+    assert api.post("/v1/tenants/acme/sparql", json={"query": ""}, headers=auditor).status_code == 422

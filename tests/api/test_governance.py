@@ -144,6 +144,13 @@ def test_reads_show_what_the_principal_may_see(server: Server) -> None:
         ).status_code
         == 200
     )
+    count = {
+        "query": "PREFIX e: <https://engram.dev/ns#> SELECT (COUNT(?m) AS ?n) WHERE { ?m e:memoryId ?id }"
+    }
+    auditor, sam = server.bearer("acme", role="auditor", user="a"), server.bearer("acme", **SAM)
+    r = server.http.post(url(server, "acme", "/sparql"), json=count, headers=auditor)
+    assert r.status_code == 200 and r.json()["results"]["bindings"][0]["n"]["value"] == "3", r.text
+    assert server.http.post(url(server, "acme", "/sparql"), json=count, headers=sam).status_code == 403
 
 
 OPERATOR = {"id": "dana", "role": "operator"}

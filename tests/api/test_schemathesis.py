@@ -38,8 +38,11 @@ include-path = [
   "/v1/tenants/{tenant}/kpis",
   "/v1/tenants/{tenant}/spend",
   "/v1/tenants/{tenant}/clock",
+  "/v1/tenants/{tenant}/legal-holds",
+  "/v1/tenants/{tenant}/legal-holds/{memory_id}/release",
+  "/v1/tenants/{tenant}/sparql",
 ]
-checks.positive_data_acceptance.expected-statuses = ["2xx", "403", "404", "409", "422"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "403", "404", "406", "409", "422"]
 
 [[operations]]
 include-path = [
