@@ -17,21 +17,25 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar
 
 from aiokafka.errors import KafkaError
+from pyoxigraph import Literal
 
+from projections.conflicts import rivals
 from projections.governance import Forbidden
 from projections.plan import no_facts
 from projections.progress import Progress
 from projections.stores import TenantStores
 from projections.tenant_graph import AlreadyApplied, Status, TenantGraph
+from projections.terms import ASSERTED, e, memory_iri
 from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
 from schemas import payloads as ev
+from schemas import vocabulary as v
 from schemas.checks import Conflict, InvalidEvent
-from schemas.events import Actor, Event, Position
+from schemas.events import Actor, Event, Position, content_digest
 from streams import codec
 from streams.embedder import Embedder
 from streams.ingest import prepare
@@ -100,7 +104,7 @@ class Attribution:
             "type": event_type,
             "tenant": tenant,
             "source": self.source,
-            "actor": {"id": self.actor.id, "role": self.actor.role},
+            "actor": self.actor.to_avro(),
             "payload": dict(payload),
             "event_id": str(self.event_id or uuid.uuid4()),
             **{k: value for k, value in optional.items() if value is not None},
@@ -150,8 +154,77 @@ class Commands:
         self, tenant: str, memory: Mapping[str, Any], by: Attribution, *, wait: bool = False
     ) -> Accepted:
         """A new memory (``memory`` holds MemoryRemembered's fields; ``memory_id`` is minted if absent).
-        ``replaces`` names a memory it supersedes in the same event (unknown: refused)."""
-        return await self.submit(tenant, "MemoryRemembered", memory, by, wait=wait)
+        ``replaces`` names a memory it supersedes in the same event (unknown: refused).
+
+        Ask before overwrite: a new memory that structurally conflicts (``projections.conflicts``)
+        with active ones is, by ``on_conflict``: ``ask`` (the default) a re-statement of one with
+        the same label, revising it; else, if any rival was entered by a person, refused (409, the
+        rivals named); ``replace`` superseding its one rival; ``keep_both`` written beside them.
+        Auto-captured memories (source ``extraction``) never ask: they supersede an auto-captured
+        rival and leave a person's alone."""
+        event = self.validated(by.envelope("MemoryRemembered", tenant, memory))
+        p = event.payload
+        assert isinstance(p, ev.MemoryRemembered)
+        graph = await self.current(tenant)
+        if graph is None or p.replaces is not None or p.on_conflict == v.OnConflict.KEEP_BOTH:
+            return await self.append(event, wait=wait)
+        if graph.applied_digest(event.event_id) is not None:  # a retry: answered by what it did then
+            return await self.append(self._as_applied(event, graph), wait=wait)
+        found = rivals(self.stores.knowledge, graph, event)
+        if not found:
+            return await self.append(event, wait=wait)
+        if event.source == v.Source.EXTRACTION:
+            auto = [r for r in found if r.source == v.Source.EXTRACTION]
+            chosen = replace(p, replaces=auto[0].id) if len(auto) == 1 else p
+            return await self.append(replace(event, payload=chosen), wait=wait)
+        if p.on_conflict == v.OnConflict.REPLACE:
+            if len(found) > 1:
+                names = ", ".join(r.id for r in found)
+                raise Conflicting(
+                    f"replace supersedes one memory; this conflicts with {names}: name one in replaces"
+                )
+            return await self.append(replace(event, payload=replace(p, replaces=found[0].id)), wait=wait)
+        same = [r for r in found if r.label.strip().casefold() == p.label.strip().casefold()]
+        if len(same) == 1:  # the same thing said again: a revision of it, not a duplicate
+            return await self._restate(event, same[0].id, wait=wait)
+        named = ", ".join(f"{r.id} ({r.label!r}, {r.source})" for r in found)
+        raise Conflicting(
+            f"conflicts with active memories {named}: send on_conflict=replace to supersede, or keep_both"
+        )
+
+    async def _restate(self, event: Event, memory_id: str, *, wait: bool) -> Accepted:
+        return await self.append(self._restatement(event, memory_id), wait=wait)
+
+    def _restatement(self, event: Event, memory_id: str) -> Event:
+        """The remember ``event`` as a revision of ``memory_id`` (same event id: one request)."""
+        p = event.payload
+        assert isinstance(p, ev.MemoryRemembered)
+        changes = {
+            "content": p.content,
+            "kind": p.kind.value,
+            "importance": p.importance,
+            "confidence": p.confidence,
+            "expires_at": p.expires_at.isoformat() if p.expires_at else None,
+        }
+        revision = {"memory_id": memory_id, "changes": changes, "property_changes": dict(p.properties)}
+        by = Attribution(
+            event.source, event.actor, event.event_id, event.occurred_at, event.purpose, event.correlation_id
+        )
+        return self.validated(by.envelope("MemoryRevised", event.tenant, revision))
+
+    def _as_applied(self, event: Event, graph: TenantGraph) -> Event:
+        """A retried remember as it was applied: as sent, with the ``replaces`` the conflict check
+        gave it, or as the revision it became."""
+        p = event.payload
+        assert isinstance(p, ev.MemoryRemembered)
+        candidates = [event]
+        for q in graph.store.quads_for_pattern(None, e("supersededBy"), memory_iri(p.memory_id), ASSERTED):
+            candidates.append(replace(event, payload=replace(p, replaces=q.subject.value.rsplit(":", 1)[-1])))
+        for q in graph.store.quads_for_pattern(None, e("changedBy"), Literal(event.event_id), ASSERTED):
+            if q.subject != memory_iri(p.memory_id):
+                candidates.append(self._restatement(event, q.subject.value.rsplit(":", 1)[-1]))
+        stored = graph.applied_digest(event.event_id)
+        return next((c for c in candidates if content_digest(c) == stored), event)
 
     async def revise(
         self,
@@ -257,7 +330,11 @@ class Commands:
     async def submit(
         self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
     ) -> Accepted:
-        event = self.validated(by.envelope(event_type, tenant, payload))
+        return await self.append(self.validated(by.envelope(event_type, tenant, payload)), wait=wait)
+
+    async def append(self, event: Event, *, wait: bool) -> Accepted:
+        """Pre-check, append and answer one validated event."""
+        tenant = event.tenant
         try:
             await self.decide(event)
         except AlreadyApplied:

@@ -207,3 +207,11 @@ def test_sparql_is_for_operators_and_auditors() -> None:
     r = api.post("/v1/tenants/acme/sparql", json=q, headers=auditor)
     assert r.status_code == 200 and r.json()["results"]["bindings"] == []  # no store yet: nothing
     assert api.post("/v1/tenants/acme/sparql", json={"query": ""}, headers=auditor).status_code == 422
+
+
+def test_an_agent_writes_for_the_user_its_token_names() -> None:
+    api = client()
+    drafter = bearer(mint(SETTINGS, "acme", role="agent", user="drafter", on_behalf_of="sam"))
+    assert api.post(MEMORIES, json=SAMS, headers=drafter).status_code == 503  # every check passed
+    denied = api.post(MEMORIES, json=ANNS, headers=drafter)
+    assert denied.status_code == 403 and "by its user (ann)" in denied.json()["detail"][0]["msg"]

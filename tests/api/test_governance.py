@@ -60,10 +60,16 @@ def test_the_lifecycle_over_http(server: Server) -> None:
         ).status_code
         == 202
     )
+    # ask before overwrite: the same platform's cap again is a conflict with a person's memory
+    asked = post(server, "acme", "/memories", {**mem, "memory_id": "cap2", "label": "Meta cap v2"})
     assert (
-        post(server, "acme", "/memories", {**mem, "memory_id": "cap2", "label": "Meta cap v2"}).status_code
-        == 202
+        asked.status_code == 409 and "cap ('Meta monthly cap', operator)" in asked.json()["detail"][0]["msg"]
     )
+    restated = post(server, "acme", "/memories", {**mem, "label": "META MONTHLY CAP", "content": "Max $42k"})
+    assert restated.status_code == 202 and restated.json()["memory_id"] == "cap"  # revised, not duplicated
+    assert server.http.get(url(server, "acme", "/memories/cap")).json()["content"] == "Max $42k"
+    both = {**mem, "memory_id": "cap2", "label": "Meta cap v2", "on_conflict": "keep_both"}
+    assert post(server, "acme", "/memories", both).status_code == 202
     assert post(server, "acme", "/memories/cap/supersede", {"superseded_by": "cap2"}).status_code == 202
     assert server.http.get(url(server, "acme", "/memories/cap")).json()["active"] is False
     assert post(server, "acme", "/memories/cap/restore", {}).status_code == 202
@@ -90,7 +96,7 @@ def test_the_lifecycle_over_http(server: Server) -> None:
     assert lineage["purpose"] == "onboarding" and lineage["actor"] == {"id": "dana", "role": "operator"}
     assert lineage["superseded_by"] == [] and lineage["supersedes"] == []
     assert [e["offset"] for e in lineage["events"]] == sorted(e["offset"] for e in lineage["events"])
-    assert len(lineage["events"]) == 4  # remembered, patched, superseded, restored
+    assert len(lineage["events"]) == 5  # remembered, patched, re-stated, superseded, restored
     assert (
         server.http.get(url(server, "acme", "/memories/cap2/lineage")).json()["forgotten_reason"] == "asked"
     )

@@ -242,7 +242,9 @@ def test_idempotency_key_is_the_event_id(server: Server) -> None:
 def test_a_read_after_an_accepted_write_sees_it(server: Server) -> None:
     for i in range(5):
         r = server.http.post(
-            f"{server.url}/v1/tenants/ryw/memories", json={**MEMORY, "memory_id": f"m{i}"}, timeout=30
+            f"{server.url}/v1/tenants/ryw/memories",
+            json={**MEMORY, "memory_id": f"m{i}", "label": f"L{i}"},  # one label each: not a re-statement
+            timeout=30,
         )
         assert r.status_code == 202, r.text
         assert server.http.get(f"{server.url}/v1/tenants/ryw/memories/m{i}", timeout=30).status_code == 200

@@ -113,3 +113,43 @@ def test_refusals_carry_their_status_and_nothing_reaches_the_log(settings: Setti
         assert [await rt.lag.end_offset(p) for p in partitions] == before  # nothing was appended
 
     run(settings, scenario)
+
+
+def test_ask_before_overwrite_and_retries_of_what_it_decided(settings: Settings) -> None:
+    async def scenario(rt: Runtime) -> None:
+        c = rt.commands
+        graph_of = lambda: rt.stores.get("acme")  # noqa: E731
+        target = memory(memory_id="t1", memory_class="PerformanceTargetMemory", label="ROAS goal",
+                        properties={"metric": "roas", "goal": 3.0})  # fmt: skip
+        await c.remember("acme", target, OPERATOR, wait=True)
+        rival = {
+            **target,
+            "memory_id": "t2",
+            "label": "ROAS floor",
+            "properties": {"metric": "roas", "goal": 2.5},
+        }
+        with pytest.raises(Conflicting, match=r"conflicts with active memories t1 \('ROAS goal', operator\)"):
+            await c.remember("acme", rival, OPERATOR)
+        key = uuid.uuid4()
+        first = await c.remember(
+            "acme", {**rival, "on_conflict": "replace"}, by(OPERATOR, event_id=key), wait=True
+        )
+        assert get_memory(graph_of(), "t1")["superseded_by"] == "t2"  # type: ignore[arg-type,index]
+        again = await c.remember(
+            "acme", {**rival, "on_conflict": "replace"}, by(OPERATOR, event_id=key), wait=True
+        )
+        assert (again.partition, again.offset) == (first.partition, first.offset)  # the retry, not a conflict
+
+        # auto-captured context supersedes auto-captured context, and leaves a person's alone
+        agent = Attribution(source="extraction", actor=Actor("drafter", "agent", on_behalf_of="sam"))
+        note = memory(
+            memory_id="n1", label="Tone", scope="user", stakeholders={"user_id": "sam"}, kind="preference"
+        )
+        await c.remember("acme", note, agent, wait=True)
+        await c.remember("acme", {**note, "memory_id": "n2", "content": "Warmer"}, agent, wait=True)
+        assert get_memory(graph_of(), "n1")["superseded_by"] == "n2"  # type: ignore[arg-type,index]
+        sams = Attribution(source="operator", actor=Actor("sam", "user"))
+        await c.remember("acme", {**note, "memory_id": "n3", "content": "Mine"}, sams, wait=True)  # re-stated
+        assert get_memory(graph_of(), "n2")["content"] == "Mine"  # type: ignore[arg-type,index]
+
+    run(settings, scenario)
