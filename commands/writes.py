@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from aiokafka.errors import KafkaError
 from pyoxigraph import Literal
 
-from projections.conflicts import rivals
+from projections.conflicts import rivals, rivals_of_stored
 from projections.governance import Forbidden
 from projections.plan import no_facts
 from projections.progress import Progress
@@ -250,6 +250,14 @@ class Commands:
         return await self.submit(tenant, "MemorySuperseded", payload, by, wait=wait)
 
     async def restore(self, tenant: str, memory_id: str, by: Attribution, *, wait: bool = False) -> Accepted:
+        """A superseded memory active again; refused (409) while an active memory would then
+        contradict it (supersede or forget that one first)."""
+        graph = await self.current(tenant)
+        if graph is not None and graph.objects(memory_iri(memory_id), e("supersededBy")):
+            found = [r for r in rivals_of_stored(graph, memory_id) if r.id != memory_id]
+            if found:
+                named = ", ".join(f"{r.id} ({r.label!r})" for r in found)
+                raise Conflicting(f"restoring {memory_id} would contradict the active {named}")
         return await self.submit(tenant, "MemoryRestored", {"memory_id": memory_id}, by, wait=wait)
 
     async def forget(

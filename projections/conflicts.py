@@ -65,6 +65,28 @@ def rivals(knowledge: Knowledge, graph: TenantGraph, event: Event) -> list[Rival
     return sorted(out.values(), key=lambda r: r.id)
 
 
+def rivals_of_stored(graph: TenantGraph, memory_id: str) -> list[Rival]:
+    """Active memories that a stored (say, superseded) memory would conflict with if it were active
+    again: its own conflict and stakeholder keys, already derived, looked up the same way."""
+    m = memory_iri(memory_id)
+    keys = {o.value for o in _inferred(graph, m, "conflictKey")}
+    holders = {o.value for o in _inferred(graph, m, "stakeholderKey")}
+    scope = _one(graph, m, "scope")
+    out: dict[str, Rival] = {}
+    for key in keys:
+        for q in graph.store.quads_for_pattern(None, e("conflictKey"), Literal(key), INFERRED):
+            other = q.subject
+            if not isinstance(other, NamedNode) or other == m:
+                continue
+            if Quad(other, RDF_TYPE, e("ActiveMemory"), INFERRED) not in graph.store:
+                continue
+            theirs = {o.value for o in _inferred(graph, other, "stakeholderKey")}
+            if _one(graph, other, "scope") == scope and theirs & holders:
+                mid = _one(graph, other, "memoryId") or ""
+                out[mid] = Rival(mid, _one(graph, other, "label") or "", _one(graph, other, "source") or "")
+    return sorted(out.values(), key=lambda r: r.id)
+
+
 def _one(graph: TenantGraph, m: NamedNode, name: str) -> str | None:
     found = graph.objects(m, e(name))
     return found[0].value if found else None

@@ -72,8 +72,11 @@ def test_the_lifecycle_over_http(server: Server) -> None:
     assert post(server, "acme", "/memories", both).status_code == 202
     assert post(server, "acme", "/memories/cap/supersede", {"superseded_by": "cap2"}).status_code == 202
     assert server.http.get(url(server, "acme", "/memories/cap")).json()["active"] is False
-    assert post(server, "acme", "/memories/cap/restore", {}).status_code == 202
-    assert post(server, "acme", "/memories/cap/restore", {}).status_code == 422  # not superseded now
+    contradicted = post(server, "acme", "/memories/cap/restore", {})  # cap2, the same platform's cap, is live
+    assert (
+        contradicted.status_code == 409
+        and "contradict the active cap2" in contradicted.json()["detail"][0]["msg"]
+    )
     assert post(server, "acme", "/memories/cap2/forget", {"reason": "asked"}, **SAM).status_code == 403
     assert (
         post(server, "acme", "/legal-holds", {"memory_id": "cap2", "reason": "case 17"}, **SAM).status_code
@@ -92,6 +95,8 @@ def test_the_lifecycle_over_http(server: Server) -> None:
     )
     forgotten = server.http.get(url(server, "acme", "/memories/cap2")).json()
     assert forgotten["content"] == "[redacted]" and forgotten["forgotten"] is True
+    assert post(server, "acme", "/memories/cap/restore", {}).status_code == 202  # nothing contradicts it now
+    assert post(server, "acme", "/memories/cap/restore", {}).status_code == 422  # not superseded now
     lineage = server.http.get(url(server, "acme", "/memories/cap/lineage")).json()
     assert lineage["purpose"] == "onboarding" and lineage["actor"] == {"id": "dana", "role": "operator"}
     assert lineage["superseded_by"] == [] and lineage["supersedes"] == []
