@@ -100,9 +100,8 @@ def main() -> None:
             latencies = []
             with httpx.Client(base_url=server.url, timeout=60, auth=server.http.auth) as client:
                 for i in range(args.writes):
-                    body = {
+                    body = {  # the actor is the bearer token's: the harness speaks as each tenant's operator
                         "source": "agent",
-                        "actor": ACTOR,
                         "label": f"w{i}",
                         "content": "latency probe",
                         "kind": "fact",
