@@ -93,7 +93,7 @@ def schemathesis_run(server: Server, tmp_path: Path) -> subprocess.CompletedProc
             "--workers",
             "1",  # several workers share threads, and CPython 3.11's ast is not thread-safe
             "--max-time",
-            "80",
+            "150",
             "--request-timeout",
             "40",
             "--no-color",
@@ -102,7 +102,7 @@ def schemathesis_run(server: Server, tmp_path: Path) -> subprocess.CompletedProc
         ],
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=260,
         cwd=tmp_path,
     )
 
