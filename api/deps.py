@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api import models
 from api.auth import BadToken, Verifier
 from api.errors import problem
 from api.models import anchored
@@ -164,6 +165,14 @@ def token_actor(who: CurrentPrincipal, body_actor: Any | None) -> Actor:
             "actor_mismatch",
         )
     return actor
+
+
+def write_attribution(
+    tenant: str, body: models.Attribution, who: Principal, key: str | None
+) -> writes.Attribution:
+    """Who writes a request's event: the token's actor (``token_actor``), with the event id of the
+    Idempotency-Key, else the body's, else a fresh one. Every write route starts here."""
+    return body.attribution(token_actor(who, body.actor), event_id_for(tenant, key, body.event_id))
 
 
 async def get_search_graph(tenant: TenantId, commands: Commands) -> TenantGraph | None:

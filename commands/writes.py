@@ -372,7 +372,8 @@ class Commands:
     async def decide(self, event: Event) -> None:
         """Decide ``event`` as the projection will, against the tenant's facts now; if it is refused
         while this process has a write to the tenant still in flight (a revision of a memory just
-        remembered), decide again once that write is applied. Valid writes never wait."""
+        remembered), decide again once that write is applied: a valid write does not wait here
+        (``remember`` and ``restore`` wait in ``current`` first, to see conflicts)."""
         graph = self.stores.get(event.tenant)
         try:
             precheck(self.stores, event, graph)

@@ -49,20 +49,7 @@ def rivals(knowledge: Knowledge, graph: TenantGraph, event: Event) -> list[Rival
     p = event.payload
     assert isinstance(p, ev.MemoryRemembered)
     keys, holders = keys_of(knowledge, event)
-    out: dict[str, Rival] = {}
-    for key in keys:
-        for q in graph.store.quads_for_pattern(None, e("conflictKey"), Literal(key), INFERRED):
-            m = q.subject
-            if not isinstance(m, NamedNode) or m == memory_iri(p.memory_id):
-                continue
-            if Quad(m, RDF_TYPE, e("ActiveMemory"), INFERRED) not in graph.store:
-                continue
-            scope = _one(graph, m, "scope")
-            theirs = {o.value for o in _inferred(graph, m, "stakeholderKey")}
-            if scope == p.scope.value and theirs & holders:
-                mid = _one(graph, m, "memoryId") or ""
-                out[mid] = Rival(mid, _one(graph, m, "label") or "", _one(graph, m, "source") or "")
-    return sorted(out.values(), key=lambda r: r.id)
+    return _active_with(graph, keys, p.scope.value, holders, memory_iri(p.memory_id))
 
 
 def rivals_of_stored(graph: TenantGraph, memory_id: str) -> list[Rival]:
@@ -71,19 +58,26 @@ def rivals_of_stored(graph: TenantGraph, memory_id: str) -> list[Rival]:
     m = memory_iri(memory_id)
     keys = {o.value for o in _inferred(graph, m, "conflictKey")}
     holders = {o.value for o in _inferred(graph, m, "stakeholderKey")}
-    scope = _one(graph, m, "scope")
+    return _active_with(graph, keys, _one(graph, m, "scope"), holders, m)
+
+
+def _active_with(
+    graph: TenantGraph, keys: set[str], scope: str | None, holders: set[str], itself: NamedNode
+) -> list[Rival]:
+    """Active memories other than ``itself`` with one of ``keys``, ``scope`` and a stakeholder key
+    among ``holders``: what ``conflictsWith`` would pair it with."""
     out: dict[str, Rival] = {}
     for key in keys:
         for q in graph.store.quads_for_pattern(None, e("conflictKey"), Literal(key), INFERRED):
-            other = q.subject
-            if not isinstance(other, NamedNode) or other == m:
+            m = q.subject
+            if not isinstance(m, NamedNode) or m == itself:
                 continue
-            if Quad(other, RDF_TYPE, e("ActiveMemory"), INFERRED) not in graph.store:
+            if Quad(m, RDF_TYPE, e("ActiveMemory"), INFERRED) not in graph.store:
                 continue
-            theirs = {o.value for o in _inferred(graph, other, "stakeholderKey")}
-            if _one(graph, other, "scope") == scope and theirs & holders:
-                mid = _one(graph, other, "memoryId") or ""
-                out[mid] = Rival(mid, _one(graph, other, "label") or "", _one(graph, other, "source") or "")
+            theirs = {o.value for o in _inferred(graph, m, "stakeholderKey")}
+            if _one(graph, m, "scope") == scope and theirs & holders:
+                mid = _one(graph, m, "memoryId") or ""
+                out[mid] = Rival(mid, _one(graph, m, "label") or "", _one(graph, m, "source") or "")
     return sorted(out.values(), key=lambda r: r.id)
 
 

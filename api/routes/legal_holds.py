@@ -9,9 +9,8 @@ from api.deps import (
     CurrentPrincipal,
     IdempotencyKey,
     TenantId,
-    event_id_for,
     get_principal,
-    token_actor,
+    write_attribution,
 )
 from api.errors import responses
 from api.models import Accepted, ForgetRequest, LegalHoldRequest
@@ -35,7 +34,7 @@ async def place(
     wait: bool = False,
 ) -> Accepted:
     """Append LegalHoldPlaced (operators and auditors)."""
-    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(
         await commands.place_hold(tenant, body.memory_id, by, reason=body.reason, wait=wait)
     )
@@ -52,7 +51,7 @@ async def release(
     wait: bool = False,
 ) -> Accepted:
     """Append LegalHoldReleased (operators and auditors): the memory may be forgotten again."""
-    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(
         await commands.release_hold(tenant, memory_id, by, reason=body.reason, wait=wait)
     )

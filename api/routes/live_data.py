@@ -9,9 +9,8 @@ from api.deps import (
     CurrentPrincipal,
     IdempotencyKey,
     TenantId,
-    event_id_for,
     get_principal,
-    token_actor,
+    write_attribution,
 )
 from api.errors import responses
 from api.models import Accepted, ClockTick, KpiCreate, SpendCreate
@@ -34,7 +33,7 @@ async def observe_kpi(
     wait: bool = False,
 ) -> Accepted:
     """Append KpiObserved (a pipeline's or an operator's); with ``wait=true`` once it is applied."""
-    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    by = write_attribution(tenant, body, who, idempotency_key)
     accepted = await commands.observe_kpi(tenant, body.metric, body.value, body.period, by, wait=wait)
     return Accepted.model_validate(accepted)
 
@@ -49,7 +48,7 @@ async def observe_spend(
     wait: bool = False,
 ) -> Accepted:
     """Append SpendObserved (spend to date on one platform for a period)."""
-    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    by = write_attribution(tenant, body, who, idempotency_key)
     accepted = await commands.observe_spend(
         tenant, body.platform, body.amount, body.currency, body.period, by, wait=wait
     )
@@ -66,5 +65,5 @@ async def tick_clock(
     wait: bool = False,
 ) -> Accepted:
     """Append ClockTicked: the graph's now, which expiry and the live context are decided against."""
-    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(await commands.tick_clock(tenant, body.now, by, wait=wait))

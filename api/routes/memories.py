@@ -17,10 +17,9 @@ from api.deps import (
     IdempotencyKey,
     TenantId,
     TenantStore,
-    event_id_for,
     get_principal,
     not_found,
-    token_actor,
+    write_attribution,
 )
 from api.errors import responses
 from api.models import (
@@ -37,7 +36,6 @@ from api.models import (
     SupersedeRequest,
     anchored,
 )
-from commands import writes
 from projections.explain import derived_for_memory, inferred_about
 from projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
 from projections.tenant_graph import TenantGraph
@@ -69,10 +67,12 @@ async def list_memories(
     if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
         return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
-    if not who.sees_everything:
-        ids = [i for i in ids if (m := get_memory(graph, i)) is not None and may_see_memory(who, m)]
-    page = [get_memory(graph, i) for i in ids[offset : offset + limit]]
-    return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=len(ids))
+    if who.sees_everything:  # every memory: read only the page
+        count, page = len(ids), [get_memory(graph, i) for i in ids[offset : offset + limit]]
+    else:  # each memory is read once, to decide whether it is seen, and the page is taken from those
+        seen = [m for i in ids if (m := get_memory(graph, i)) is not None and may_see_memory(who, m)]
+        count, page = len(seen), list(seen[offset : offset + limit])
+    return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=count)
 
 
 def visible(graph: TenantGraph | None, memory_id: str, who: Principal) -> dict[str, Any]:
@@ -133,12 +133,8 @@ async def remember(
     wait: bool = False,
 ) -> Accepted:
     """Validate and append MemoryRemembered; with ``wait=true`` answer once it is readable."""
-    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, idempotency_key, body.event_id))
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(await commands.remember(tenant, body.payload(), by, wait=wait))
-
-
-def _by(tenant: str, body: Attribution, who: Principal, key: str | None) -> writes.Attribution:
-    return body.attribution(token_actor(who, body.actor), event_id_for(tenant, key, body.event_id))
 
 
 @router.patch("/{memory_id}", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)
@@ -152,7 +148,7 @@ async def revise(
     wait: bool = False,
 ) -> Accepted:
     """Append MemoryRevised: a field absent is untouched, ``null`` cleared, a value set."""
-    by = _by(tenant, body, who, idempotency_key)
+    by = write_attribution(tenant, body, who, idempotency_key)
     accepted = await commands.revise(
         tenant, memory_id, by, changes=body.changes(), property_changes=body.properties, wait=wait
     )
@@ -170,7 +166,7 @@ async def supersede(
     wait: bool = False,
 ) -> Accepted:
     """Append MemorySuperseded: ``superseded_by`` (an existing memory) replaces this one."""
-    by = _by(tenant, body, who, idempotency_key)
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(
         await commands.supersede(tenant, memory_id, body.superseded_by, by, wait=wait)
     )
@@ -187,7 +183,7 @@ async def restore(
     wait: bool = False,
 ) -> Accepted:
     """Append MemoryRestored: a superseded memory is active again."""
-    by = _by(tenant, body, who, idempotency_key)
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(await commands.restore(tenant, memory_id, by, wait=wait))
 
 
@@ -203,7 +199,7 @@ async def forget(
 ) -> Accepted:
     """Append MemoryForgotten (operators and auditors): the content is redacted, the node and its
     lineage stay, with who forgot it and why."""
-    by = _by(tenant, body, who, idempotency_key)
+    by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(
         await commands.forget(tenant, memory_id, by, reason=body.reason, wait=wait)
     )
