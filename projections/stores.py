@@ -10,6 +10,7 @@ from projections.indexes import TenantIndexes
 from projections.knowledge import Knowledge, load_knowledge
 from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
+from schemas.events import Position
 
 
 class TenantStores:
@@ -72,6 +73,26 @@ class TenantStores:
             model, dim = self.vectors
             found = self._indexes[tenant] = TenantIndexes(graph.path.parent, graph, model, dim)
         return found
+
+    # -- records refused where no tenant's checkpoint can remember them ------------------------
+    def _refused_mark(self, partition: int) -> Path:
+        return self.root / "_refused" / f"partition-{partition}"
+
+    def refused_before(self, position: Position) -> bool:
+        """Whether a record at ``position`` with no store to record it was already refused.
+
+        Refusals are deterministic, so the one record redelivered after a crash is refused again;
+        this keeps it from being dead-lettered twice.
+        """
+        mark = self._refused_mark(position.partition)
+        return mark.is_file() and position.offset <= int(mark.read_text() or -1)
+
+    def note_refused(self, position: Position) -> None:
+        mark = self._refused_mark(position.partition)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mark.with_suffix(".tmp")
+        tmp.write_text(str(position.offset))
+        tmp.replace(mark)
 
     def tenants(self) -> list[str]:
         if not self.root.is_dir():

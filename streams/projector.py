@@ -27,9 +27,9 @@ from schemas import payloads as ev
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent
 from schemas.events import Event, Position, validate
-from streams import codec
+from streams import codec, fetch_guard
 from streams.indexer import Indexer
-from streams.topics import DEAD_LETTER_MAX_BYTES
+from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count, partition_for
 
 log = logging.getLogger(__name__)
 
@@ -69,22 +69,43 @@ def record_tenant(key: bytes | None) -> str | None:
     return tenant if v.full_match(v.TENANT_RE, tenant) else None
 
 
-async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadLetterSink) -> Result:
+async def handle_record(
+    record: Record, stores: TenantStores, dead_letter: DeadLetterSink, *, partitions: int
+) -> Result:
     """Decode, validate and apply one record; dead-letter it with a reason if any step refuses.
 
     Every refusal here is deterministic (the same bytes against the same facts), so replay,
     which runs this same function, refuses the same records. A refused record never creates a
-    tenant's store: only an event that applies does.
+    tenant's store: only an event that applies does. ``partitions`` is the events topic's
+    partition count: a tenant's events are on the one partition its key hashes to, the only one
+    its replay reads, so a record anywhere else is refused live too (and leaves the tenant's
+    checkpoint, which is a position on its own partition, alone).
     """
     tenant = record_tenant(record.key)
-    if tenant is None:
-        reason = f"record key is not a tenant id: {record.key!r:.100}"
-        await dead_letter(record.key, record.value, record.headers, reason)
-        return Result(None, Outcome(Status.REJECTED, reason))
-
-    graph = stores.get(tenant)
+    home = tenant is not None and record.position.partition == partition_for(tenant, partitions)
+    graph = stores.get(tenant) if home and tenant is not None else None
     if graph is not None and graph.already_applied(record.position):
         return Result(tenant, Outcome(Status.SKIPPED))
+
+    async def refuse(reason: str) -> Result:
+        if graph is not None:
+            await dead_letter(record.key, record.value, headers, reason)
+            graph.reject(record.position)
+        elif not stores.refused_before(record.position):  # not dead-lettered before a crash
+            await dead_letter(record.key, record.value, headers, reason)
+            stores.note_refused(record.position)
+        return Result(tenant, Outcome(Status.REJECTED, reason))
+
+    headers = [(k, val) for k, val in record.headers if k != fetch_guard.UNREADABLE]
+    if (unreadable := fetch_guard.unreadable_reason(record.headers)) is not None:
+        return await refuse(unreadable)
+    if tenant is None:
+        return await refuse(f"record key is not a tenant id: {record.key!r:.100}")
+    if not home:
+        return await refuse(
+            f"record of tenant {tenant!r} is on partition {record.position.partition}, not on "
+            f"{partition_for(tenant, partitions)}, the one its key hashes to (its replay reads only that)"
+        )
     try:
         event = codec.decode(record.value or b"")
         if event.tenant != tenant:
@@ -93,17 +114,13 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
         if graph is None:  # a tenant's first event: only one that applies creates the store
             checked_plan(stores.knowledge, event, record.position, no_facts())
     except (codec.UndecodableEvent, *PLAN_ERRORS) as exc:
-        reason = rejection_reason(exc)
-        await dead_letter(record.key, record.value, record.headers, reason)
-        if graph is not None:
-            graph.reject(record.position)
-        return Result(tenant, Outcome(Status.REJECTED, reason))
+        return await refuse(rejection_reason(exc))
 
     graph = graph or stores.get(tenant, create=True)
     assert graph is not None
     outcome = graph.apply(event, record.position)
     if outcome.status is Status.REJECTED:
-        await dead_letter(record.key, record.value, record.headers, outcome.reason or "rejected")
+        await dead_letter(record.key, record.value, headers, outcome.reason or "rejected")
     touched = reindexes(event) if outcome.status is Status.APPLIED else None
     return Result(tenant, outcome, (touched,) if touched else ())
 
@@ -111,12 +128,14 @@ async def handle_record(record: Record, stores: TenantStores, dead_letter: DeadL
 MAX_ATTEMPTS = 5
 
 
-async def handle_with_retries(record: Record, stores: TenantStores, sink: DeadLetterSink) -> Result:
+async def handle_with_retries(
+    record: Record, stores: TenantStores, sink: DeadLetterSink, *, partitions: int
+) -> Result:
     """An unexpected error (disk, lock, a bug) is retried with backoff before the record is given
     up on: dead-lettered with the error, and the tenant's position moved past it."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            return await handle_record(record, stores, sink)
+            return await handle_record(record, stores, sink, partitions=partitions)
         except Exception as exc:
             pos = record.position
             if attempt < MAX_ATTEMPTS:
@@ -158,10 +177,12 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
     Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
     indexer, which reports it again once its memories are also searchable.
     """
+    fetch_guard.install()
     app = faust.App(
         settings.projector_group(),
         broker=f"kafka://{settings.kafka_bootstrap}",
         web_enabled=False,
+        datadir=str(settings.data_dir / "faust"),
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
@@ -207,6 +228,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
 
     @app.agent(events, name="project_tenant_events")
     async def project_tenant_events(stream: faust.StreamT) -> None:
+        partitions = await partition_count(settings, settings.events_topic)
         async for item in stream.events():
             msg = item.message
             position = Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000))
@@ -224,7 +246,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
             ) -> None:
                 await send_dead_letter(key, value, headers, reason, origin=_pos)
 
-            result = await handle_with_retries(record, stores, sink)
+            result = await handle_with_retries(record, stores, sink, partitions=partitions)
             progress.record(result.tenant, position.partition, position.offset, result.outcome)
             indexer.submit(result.tenant, position, result.outcome, result.memory_ids)
 

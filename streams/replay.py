@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
 from engram.settings import Settings
 from projections.knowledge import load_knowledge
@@ -20,15 +19,11 @@ from projections.stores import TenantStores
 from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 from schemas.events import Position
+from streams import fetch_guard
 from streams.projector import Headers, Record, handle_with_retries
-from streams.topics import partition_count
+from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)
-
-
-def partition_for(tenant: str, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives a tenant's key."""
-    return (murmur2(tenant.encode()) & 0x7FFFFFFF) % partitions
 
 
 async def replay_tenant(
@@ -40,6 +35,7 @@ async def replay_tenant(
     """
     if not v.full_match(v.TENANT_RE, tenant):
         raise ValueError(f"not a tenant id: {tenant!r} (must match {v.TENANT_RE.pattern})")
+    fetch_guard.install()
     partitions = await partition_count(settings, settings.events_topic)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     stores = TenantStores(root, knowledge=knowledge)
@@ -72,7 +68,10 @@ async def replay_tenant(
                     continue
                 pos = Position(msg.partition, msg.offset, msg.timestamp)
                 await handle_with_retries(
-                    Record(msg.key, msg.value, list(msg.headers), pos), stores, no_dead_letters
+                    Record(msg.key, msg.value, list(msg.headers), pos),
+                    stores,
+                    no_dead_letters,
+                    partitions=partitions,
                 )
                 seen += 1
             log.info(

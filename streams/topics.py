@@ -7,6 +7,7 @@ import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.partitioner import murmur2
 
 from engram.settings import Settings
 
@@ -47,6 +48,11 @@ async def ensure_topics(settings: Settings) -> list[str]:
         return [t.name for t in missing]
     finally:
         await admin.close()
+
+
+def partition_for(tenant: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a tenant's key: the tenant's only one."""
+    return (murmur2(tenant.encode()) & 0x7FFFFFFF) % partitions
 
 
 async def partition_count(settings: Settings, topic: str) -> int:

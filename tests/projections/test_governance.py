@@ -190,7 +190,9 @@ def test_the_projector_dead_letters_what_its_actor_may_not_do(tmp_path: Path) ->
     statuses = []
     for offset, ev in enumerate(lines):
         record = projector.Record(b"acme", codec.encode(ev), [], Position(0, offset, 1_764_547_200_000))
-        statuses.append(asyncio.run(projector.handle_record(record, stores, sink)).outcome.status)
+        statuses.append(
+            asyncio.run(projector.handle_record(record, stores, sink, partitions=1)).outcome.status
+        )
     assert statuses == [Status.APPLIED, Status.REJECTED, Status.REJECTED, Status.APPLIED]
     assert letters == [
         "company memories are written by an operator, not a user",

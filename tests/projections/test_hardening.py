@@ -28,6 +28,7 @@ from schemas.events import Actor, Event, Position, event_from_json
 from streams import codec, projector
 from streams.ingest import parse_lines
 from streams.producer import MAX_EVENT_BYTES
+from streams.topics import partition_for
 from tests.factories import envelope, event, remembered, unchecked_event
 from tests.tenant import Tenant
 
@@ -195,7 +196,7 @@ def handle(
         letters.append(reason)
 
     rec = projector.Record(key, value, [], Position(0, offset, 1_764_547_200_000))
-    return asyncio.run(projector.handle_with_retries(rec, stores, sink)), letters
+    return asyncio.run(projector.handle_with_retries(rec, stores, sink, partitions=1)), letters
 
 
 def raw_event(ev: Event) -> bytes:
@@ -231,7 +232,37 @@ def test_a_refused_record_never_creates_a_tenant(
     stores = TenantStores(tmp_path)
     result, letters = handle(stores, key, value, 0)
     assert result.outcome.status is Status.REJECTED and len(letters) == 1 and reason in letters[0]
-    assert stores.tenants() == [] and not any(tmp_path.iterdir())
+    assert stores.tenants() == [] and not (tmp_path / "ghost").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["_refused"]  # where it was refused, no more
+
+
+def test_a_refused_record_redelivered_after_a_crash_is_dead_lettered_once(tmp_path: Path) -> None:
+    first, letters = handle(TenantStores(tmp_path), b"ghost", b"not avro", 7)
+    again, letters_again = handle(TenantStores(tmp_path), b"ghost", b"not avro", 7)  # a new process
+    assert first.outcome.status is again.outcome.status is Status.REJECTED
+    assert len(letters) == 1 and letters_again == []
+    _, letters_later = handle(TenantStores(tmp_path), b"ghost", b"not avro", 8)
+    assert len(letters_later) == 1  # the next offset is a record of its own
+
+
+def test_a_record_off_its_tenants_partition_is_refused_and_leaves_the_checkpoint(tmp_path: Path) -> None:
+    stores = TenantStores(tmp_path)
+    good = codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))
+    letters: list[str] = []
+
+    async def sink(_k: Any, _v: Any, _h: Any, reason: str) -> None:
+        letters.append(reason)
+
+    def at(partition: int, offset: int) -> projector.Result:
+        rec = projector.Record(b"acme", good, [], Position(partition, offset, 1_764_547_200_000))
+        return asyncio.run(projector.handle_with_retries(rec, stores, sink, partitions=4))
+
+    home = partition_for("acme", 4)
+    assert at(home, 3).outcome.status is Status.APPLIED
+    stray = at((home + 1) % 4, 9)
+    assert stray.outcome.status is Status.REJECTED and "the one its key hashes to" in letters[0]
+    graph = stores.get("acme")
+    assert graph is not None and graph.checkpoint() == Position(home, 3)
 
 
 def hostile(**payload: Any) -> Event:
@@ -305,10 +336,10 @@ def test_hostile_values_are_dead_lettered_at_once_and_the_tenant_goes_on(
     attempts = 0
     original = projector.handle_record
 
-    async def counting(*args: Any) -> projector.Result:
+    async def counting(*args: Any, **kwargs: Any) -> projector.Result:
         nonlocal attempts
         attempts += 1
-        return await original(*args)
+        return await original(*args, **kwargs)
 
     monkeypatch.setattr(projector, "handle_record", counting)
     value = codec.encode(ev)

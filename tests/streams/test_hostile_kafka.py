@@ -482,3 +482,77 @@ def test_a_dead_letter_too_large_for_an_old_dead_letter_topic_keeps_its_reason(
         assert "retrying" not in srv.log_path.read_text()
     finally:
         srv.stop()
+
+
+# -- records the Kafka client itself cannot parse, and every compression codec ---------------------
+
+
+class _RawHeaderKey(str):
+    """A header key aiokafka's pure-Python builder writes as bytes that are not UTF-8."""
+
+    def encode(self, *_args: object, **_kwargs: object) -> bytes:  # type: ignore[override]
+        return b"\xff\xfe"
+
+
+def test_unparseable_records_and_misplaced_ones_are_dead_lettered_and_compressed_ones_apply(
+    server: Server, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiokafka.producer import message_accumulator
+    from aiokafka.producer import producer as producer_module
+    from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+
+    from streams.topics import partition_for
+
+    tenant = "parse-a"
+    home = partition_for(tenant, settings.events_partitions)
+
+    def kpi(metric: str, n: int) -> bytes:
+        payload = {"metric": metric, "value": float(n), "period": "2026-11"}
+        return valid("KpiObserved", payload, tenant=tenant, event_id=uid(7000 + n))
+
+    async def go() -> None:
+        for n, codec_name in enumerate(("gzip", "snappy", "lz4", "zstd")):
+            producer = AIOKafkaProducer(
+                bootstrap_servers=settings.kafka_bootstrap, compression_type=codec_name
+            )
+            await producer.start()
+            try:
+                await producer.send_and_wait(
+                    settings.events_topic, key=tenant.encode(), value=kpi(codec_name, n)
+                )
+            finally:
+                await producer.stop()
+        for module in (message_accumulator, producer_module):  # the rogue producer: the Python builder
+            monkeypatch.setattr(module, "DefaultRecordBatchBuilder", _DefaultRecordBatchBuilderPy)
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(
+                settings.events_topic,
+                key=tenant.encode(),
+                value=kpi("bad_header", 10),
+                headers=[(_RawHeaderKey("k"), b"v")],
+            )
+            await producer.send_and_wait(
+                settings.events_topic,
+                key=tenant.encode(),
+                value=kpi("elsewhere", 11),
+                partition=(home + 1) % settings.events_partitions,
+            )
+            await producer.send_and_wait(settings.events_topic, key=tenant.encode(), value=kpi("after", 12))
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+    server.wait_ready(timeout=60)
+    letters = asyncio.run(dead_letters(settings, 2))
+    reasons = sorted(h["dead-letter-reason"].decode() for _, _, h in letters)
+    assert len(reasons) == 2, reasons
+    assert "header key b'\\xff\\xfe' is not UTF-8" in reasons[1], reasons
+    assert "the one its key hashes to" in reasons[0], reasons
+    graph = live(server, tenant)
+    for metric in ("gzip", "snappy", "lz4", "zstd", "after"):
+        assert f"<urn:engram:kpi:{metric}>" in graph, metric
+    assert "<urn:engram:kpi:bad_header>" not in graph and "<urn:engram:kpi:elsewhere>" not in graph
+    assert graph == replayed(settings, tenant, tmp_path / "replay")
+    assert "Traceback" not in server.log_path.read_text()

@@ -48,7 +48,7 @@ def run(stores: TenantStores, rec: projector.Record) -> tuple[projector.Result, 
     async def sink(_k: Any, _v: Any, _h: Any, reason: str) -> None:
         letters.append(reason)
 
-    return asyncio.run(projector.handle_with_retries(rec, stores, sink)), letters
+    return asyncio.run(projector.handle_with_retries(rec, stores, sink, partitions=1)), letters
 
 
 def test_a_transient_error_is_retried_and_nothing_is_dead_lettered(tmp_path: Path) -> None:
