@@ -207,9 +207,8 @@ class Commands:
             "expires_at": p.expires_at.isoformat() if p.expires_at else None,
         }
         revision = {"memory_id": memory_id, "changes": changes, "property_changes": dict(p.properties)}
-        by = Attribution(
-            event.source, event.actor, event.event_id, event.occurred_at, event.purpose, event.correlation_id
-        )
+        when = event.occurred_at if event.occurred_at_given else None  # a retry's "now" may differ
+        by = Attribution(event.source, event.actor, event.event_id, when, event.purpose, event.correlation_id)
         return self.validated(by.envelope("MemoryRevised", event.tenant, revision))
 
     def _as_applied(self, event: Event, graph: TenantGraph) -> Event:

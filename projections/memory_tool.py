@@ -214,8 +214,8 @@ def _property_schema(prop: PropertyShape, texts: dict[str, list[str]]) -> dict[s
         schema["minLength"] = prop.min_length
     if prop.max_length is not None:
         schema["maxLength"] = prop.max_length
-    if prop.pattern is not None:
-        schema["pattern"] = prop.pattern.pattern
+    if prop.pattern_text is not None:
+        schema["pattern"] = prop.pattern_text  # ECMA-262's $, like XPath's, is the end of the text
     # sh:name and sh:description, once shapes.py keeps them (it reads and drops them today).
     shape_texts = [getattr(prop, "name", None), getattr(prop, "description", None)]
     if description := _describe([*shape_texts, *texts.get(prop.path, [])], _name(prop.path)):

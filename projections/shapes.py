@@ -67,6 +67,7 @@ class PropertyShape:
     min_length: int | None = None
     max_length: int | None = None
     pattern: re.Pattern[str] | None = None
+    pattern_text: str | None = None  # as sh:pattern states it (XPath), for messages and JSON Schema
 
     def check(self, values: Sequence[Term], local: str) -> list[str]:
         out = []
@@ -110,7 +111,7 @@ class PropertyShape:
                 if self.max_length is not None and len(text) > self.max_length:
                     out.append(f"{local} must have at most {self.max_length} characters")
                 if self.pattern is not None and not self.pattern.search(text):
-                    out.append(f"{local} must match {self.pattern.pattern}")
+                    out.append(f"{local} must match {self.pattern_text}")
         return out
 
 
@@ -226,8 +227,28 @@ def _compile_property(store: Store, node: Term, where: str) -> PropertyShape:
         max_exclusive=num("maxExclusive"),
         min_length=count("minLength"),
         max_length=count("maxLength"),
-        pattern=re.compile(pattern.value) if isinstance(pattern, Literal) else None,
+        pattern=xpath_regex(pattern.value) if isinstance(pattern, Literal) else None,
+        pattern_text=pattern.value if isinstance(pattern, Literal) else None,
     )
+
+
+def xpath_regex(pattern: str) -> re.Pattern[str]:
+    """``sh:pattern`` as Python searches it: in XPath regexes ``$`` is the end of the text only,
+    where Python's also matches before a final newline (so "usd\\n" would pass ``^[a-z]+$``)."""
+    out, escaped, in_class = [], False, False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "[":
+            in_class = True
+        elif ch == "]":
+            in_class = False
+        elif ch == "$" and not in_class:
+            ch = r"\Z"
+        out.append(ch)
+    return re.compile("".join(out))
 
 
 def load_shapes(directory: Path) -> Shapes:

@@ -20,11 +20,34 @@ from schemas import vocabulary as v
 from schemas.checks import InvalidEvent, Problems, hostile_values, parse_time, show
 from schemas.payloads import EVENT_ID_NAMESPACE, Payload, payload_class
 
+DERIVED_FIELDS = frozenset({"occurred_at_given"})  # set by the builder, never written in JSON
 # The JSON form: the Envelope's fields, with the payload's ``type`` beside it.
 ENVELOPE_FIELDS = (
     "type",
-    *(f["name"] for f in json.loads((avro_dir() / ENVELOPE_FILE).read_text())["fields"]),
+    *(
+        f["name"]
+        for f in json.loads((avro_dir() / ENVELOPE_FILE).read_text())["fields"]
+        if f["name"] not in DERIVED_FIELDS
+    ),
 )
+
+
+def _record_schemas() -> dict[str, dict[str, Any]]:
+    """Every named Avro record, by full name: its fields' defaults and its fields of record type."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in avro_dir().glob("*.avsc"):
+        schema = json.loads(path.read_text())
+        if schema.get("type") != "record":
+            continue
+        name = f"{schema['namespace']}.{schema['name']}"
+        out[name] = {
+            "defaults": {f["name"]: f["default"] for f in schema["fields"] if "default" in f},
+            "records": {f["name"]: f["type"] for f in schema["fields"] if isinstance(f["type"], str)},
+        }
+    return out
+
+
+_RECORDS = _record_schemas()
 REQUIRED_FIELDS = ("type", "tenant", "source", "actor", "payload")
 
 
@@ -59,6 +82,7 @@ class Event:
     payload: Payload
     purpose: str | None = None
     correlation_id: str | None = None
+    occurred_at_given: bool = False  # False: occurred_at is when the event was built, not the writer's
 
     @property
     def type(self) -> str:
@@ -77,6 +101,7 @@ class Event:
             "source": self.source,
             "purpose": self.purpose,
             "correlation_id": self.correlation_id,
+            "occurred_at_given": self.occurred_at_given,
             "payload": (self.full_type, self.payload.to_record()),
         }
 
@@ -92,6 +117,7 @@ class Event:
             payload=payload_class(name.rsplit(".", 1)[-1]).from_record(payload),
             purpose=record.get("purpose"),
             correlation_id=record.get("correlation_id"),
+            occurred_at_given=bool(record.get("occurred_at_given", False)),
         )
 
 
@@ -160,6 +186,7 @@ def event_from_json(obj: Any) -> Event:
         payload=cls.from_record(payload),
         purpose=obj.get("purpose"),
         correlation_id=obj.get("correlation_id"),
+        occurred_at_given=obj.get("occurred_at") is not None,
     )
 
 
@@ -201,13 +228,30 @@ def validate(event: Event) -> None:
 def content_digest(event: Event) -> str:
     """What an event says, for telling a retry (same id, same content) from a reused id.
 
-    ``occurred_at`` is left out: a client that retries without one gets a new "now", and the same
-    ``engram produce`` line produced twice has the same id but a later default time.
+    ``occurred_at`` counts only when the writer named it: a client that retries without one gets
+    a new "now", and so does the same ``engram produce`` line produced twice. A field at its Avro
+    default is left out, so adding a field with a default to a schema leaves the digests of the
+    events written before it (and so their retries) as they were.
     """
-    record = event.to_avro()
-    record.pop("occurred_at")
+    record = _without_defaults(event.to_avro(), f"{v.EVENT_NAMESPACE}.Envelope")
+    if not event.occurred_at_given:
+        record.pop("occurred_at")
     text = json.dumps(record, sort_keys=True, default=_json_default, ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _without_defaults(record: Mapping[str, Any], name: str) -> dict[str, Any]:
+    schema = _RECORDS[name]
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if key in schema["defaults"] and value == schema["defaults"][key]:
+            continue
+        if isinstance(value, tuple) and len(value) == 2 and value[0] in _RECORDS:  # a union branch
+            value = (value[0], _without_defaults(value[1], value[0]))
+        elif key in schema["records"] and schema["records"][key] in _RECORDS and isinstance(value, Mapping):
+            value = _without_defaults(value, schema["records"][key])
+        out[key] = value
+    return out
 
 
 def _json_default(value: Any) -> Any:

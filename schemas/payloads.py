@@ -171,6 +171,12 @@ def _check_properties(c: Problems, props: Mapping[str, Any]) -> None:
                 len(value) <= v.PROPERTY_TEXT_MAX,
                 f"property {key!r} must be at most {v.PROPERTY_TEXT_MAX} characters",
             )
+        else:
+            c.require(
+                value is None or isinstance(value, bool | int | float),
+                f"property {str(key)[:100]!r} must be a string, number, boolean or null, "
+                f"not a {type(value).__name__}",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,7 +82,7 @@ def encode(event: Event, schema: Any | None = None) -> bytes:
     try:
         validate(record, schema, raise_errors=True)
     except ValidationError as exc:
-        raise InvalidEvent(f"does not match the Avro schema: {exc}") from exc
+        raise InvalidEvent(f"does not match the Avro schema: {str(exc)[:1000]}") from exc
     out = io.BytesIO()
     out.write(MAGIC)
     out.write(schema_fingerprint(schema))

@@ -51,6 +51,10 @@ def parse_lines(
             bad.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
         except InvalidEvent as exc:
             bad.append((number, str(exc)))
+        except ValueError as exc:  # JSON, but a number beyond what Python converts (4,300 digits)
+            bad.append((number, f"not JSON this reads: {exc}"))
+        except RecursionError:
+            bad.append((number, "not JSON this reads: nested too deeply"))
     good, refused = prepare(objects, embedder, knowledge)
     return good, sorted([*bad, *((number, str(exc)) for number, exc in refused)])
 
@@ -73,6 +77,8 @@ def prepare(
             built.append((number, event))
         except InvalidEvent as exc:
             bad.append((number, exc))
+        except RecursionError:
+            bad.append((number, InvalidEvent("the event is nested too deeply")))
     if embedder is not None:
         built = embed_missing(built, embedder)
     good: list[tuple[int, Event]] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from projections.stores import TenantStores
 from projections.tenant_graph import Status, TenantGraph
 from projections.terms import ASSERTED, CLOCK, INFERRED, e, time_literal
 from projections.terms import value_literal as literal_of
+from schemas import payloads as ev
+from schemas import vocabulary as v
 from schemas.checks import InvalidEvent
-from schemas.events import Actor, Event, Position, event_from_json
+from schemas.events import Actor, Event, Position, content_digest, event_from_json
 from streams import codec, projector
 from streams.ingest import parse_lines
 from streams.producer import MAX_EVENT_BYTES
@@ -147,6 +150,34 @@ def test_a_retry_with_a_new_default_time_is_the_same_event(tenant: Tenant) -> No
     assert first.event_id == second.event_id  # produce's default id: a uuid5 of the line
     assert tenant.apply(first) is Status.APPLIED
     assert tenant.apply(second) is Status.SKIPPED
+
+
+def test_the_same_id_with_another_named_time_is_a_conflict_and_the_same_named_time_a_retry(
+    tenant: Tenant,
+) -> None:
+    kpi = {"metric": "roas", "value": 2.0, "period": "p"}
+    at = envelope("KpiObserved", kpi, event_id=ID(30), occurred_at="2026-11-01T00:00:00Z")
+    assert tenant.apply(event_from_json(dict(at))) is Status.APPLIED
+    assert tenant.apply(event_from_json(dict(at))) is Status.SKIPPED
+    later = {**at, "occurred_at": "2026-11-02T00:00:00Z"}
+    assert tenant.apply(event_from_json(later)) is Status.REJECTED
+    assert "already used for a different event" in tenant.reason
+    unnamed = {k: val for k, val in at.items() if k != "occurred_at"}
+    assert tenant.apply(event_from_json(unnamed)) is Status.REJECTED  # a time named once, not now
+
+
+def test_a_field_at_its_avro_default_is_not_part_of_the_digest() -> None:
+    """So a schema that gains a field with a default keeps old events' digests (and retries)."""
+    base = event("MemoryRemembered", remembered("m1"), event_id=ID(31))
+    p = base.payload
+    assert isinstance(p, ev.MemoryRemembered)
+    explicit = replace(base, payload=replace(p, confidence=1.0, on_conflict=v.OnConflict.ASK), purpose=None)
+    assert content_digest(explicit) == content_digest(base)
+    assert content_digest(replace(base, purpose="audit")) != content_digest(base)
+    assert content_digest(replace(base, payload=replace(p, confidence=0.5))) != content_digest(base)
+    record = base.to_avro()
+    record.pop("purpose"), record.pop("occurred_at_given")  # as an older writer had it
+    assert content_digest(Event.from_avro({**record, "purpose": None})) == content_digest(base)
 
 
 def test_an_event_id_reused_for_different_content_is_a_conflict(tenant: Tenant) -> None:
@@ -473,3 +504,22 @@ def test_produce_reports_every_bad_line_and_keeps_every_good_one() -> None:
     assert "memory_id must match" in reasons[4]
     assert f"the limit is {MAX_EVENT_BYTES:,}" in reasons[5]
     assert "finite" in reasons[6]
+
+
+def test_produce_reports_numbers_python_cannot_read_deep_nesting_and_nested_properties() -> None:
+    deep = json.dumps(envelope("MemoryRemembered", remembered("m6", properties={"p": "X"})))
+    lines = [
+        '{"type": "ClockTicked", "n": ' + "1" * 5000 + "}",
+        '{"type": "ClockTicked", "payload": ' + "[" * 5000 + "]" * 5000 + "}",
+        deep.replace('"X"', "[" * 900 + "]" * 900),
+        json.dumps(envelope("MemoryRemembered", remembered("m8", properties={"p": {"a": [1]}}))),
+        json.dumps(envelope("ClockTicked", {"now": "2026-01-02T00:00:00Z"})),
+    ]
+    produced, failed = parse_lines(lines)
+    assert [n for n, _ in produced] == [5]
+    reasons = dict(failed)
+    assert "4300 digits" in reasons[1]
+    assert "nested too deeply" in reasons[2]
+    assert "must be a string, number, boolean or null, not a list" in reasons[3]
+    assert "not a dict" in reasons[4]
+    assert all(len(r) < 1200 for r in reasons.values())

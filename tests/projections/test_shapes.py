@@ -91,3 +91,19 @@ def test_unsupported_shacl_is_refused(tmp_path: Any) -> None:
         assert "sh:qualifiedMinCount is not supported" in str(exc)
     else:
         raise AssertionError("an unsupported SHACL term was accepted")
+
+
+def test_sh_pattern_dollar_is_the_end_of_the_text_not_before_a_final_newline() -> None:
+    from projections.shapes import xpath_regex
+
+    currency = xpath_regex("^[A-Z]{3}$")
+    assert currency.search("USD") and not currency.search("USD\n") and not currency.search("USDX")
+    assert xpath_regex(r"^a\$[$]$").search("a$$") and not xpath_regex(r"^a\$[$]$").search("a$$\n")
+    budget = {
+        **{E + k: vs for k, vs in VALID_BASE.items()},
+        E + "platform": [Literal("meta")], E + "amount": [Literal(10.0)], E + "currency": [Literal("USD\n")],
+    }  # fmt: skip
+    ok = {**budget, E + "currency": [Literal("USD")]}
+    assert KNOWLEDGE.shapes.validate([E + "BudgetConstraintMemory"], ok, KNOWLEDGE.ontology) == []
+    problems = KNOWLEDGE.shapes.validate([E + "BudgetConstraintMemory"], budget, KNOWLEDGE.ontology)
+    assert any("currency must match" in p for p in problems), problems
