@@ -16,6 +16,7 @@ from projections.progress import Progress
 from projections.stores import TenantStores
 from streams.embedder import Embedder, load_embedder
 from streams.indexer import Indexer
+from streams.keystore import KeyStore
 from streams.lag import LagMonitor
 from streams.producer import EventProducer
 from streams.projector import create_app
@@ -49,6 +50,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         max_open=settings.max_open_stores,
         knowledge=knowledge,
         vectors=(embedder.name, embedder.dim),
+        keys=KeyStore(settings.key_store_dir),
     )
     progress = Progress()
     indexed = Progress()

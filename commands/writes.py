@@ -39,6 +39,7 @@ from schemas.events import Actor, Event, Position, content_digest
 from streams import codec
 from streams.embedder import Embedder
 from streams.ingest import prepare
+from streams.keystore import open_event
 from streams.producer import EventProducer, EventTooLarge, encode_checked
 from streams.projector import reindexes
 
@@ -390,12 +391,12 @@ class Commands:
     def validated(self, envelope: dict[str, Any]) -> Event:
         """The event as the projector will see it: checked, embedded, decoded from its own bytes
         (so Avro defaults are filled in and a float is what a float32 holds)."""
-        good, bad = prepare([(0, envelope)], self.embedder, self.stores.knowledge)
+        good, bad = prepare([(0, envelope)], self.embedder, self.stores.knowledge, self.stores.keys)
         if bad:
             exc = bad[0][1]
             raise (TooLarge if isinstance(exc, EventTooLarge) else Invalid)(str(exc)) from exc
         try:
-            return codec.decode(encode_checked(good[0][1]))
+            return open_event(codec.decode(encode_checked(good[0][1])), self.stores.keys)
         except (InvalidEvent, codec.UndecodableEvent) as exc:
             raise Invalid(str(exc)) from exc
 

@@ -69,6 +69,7 @@ async def _seed_demo(settings: Settings) -> None:
     from projections.knowledge import load_knowledge
     from streams.embedder import load_embedder
     from streams.ingest import produce_lines
+    from streams.keystore import KeyStore
     from streams.producer import EventProducer
 
     if (settings.tenants_dir / "acme").exists():
@@ -77,7 +78,8 @@ async def _seed_demo(settings: Settings) -> None:
         lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
         knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         async with EventProducer(settings) as producer:
-            report = await produce_lines(producer, lines, load_embedder(settings.embedder), knowledge)
+            keys = KeyStore(settings.key_store_dir)
+            report = await produce_lines(producer, lines, load_embedder(settings.embedder), knowledge, keys)
         log.info("seeded demo tenant acme with %d events", report.produced)
     base = f"http://{settings.api_host}:{settings.api_port}"
     token = mint(settings, "acme", role="operator", user="dana", ttl_s=86400)
@@ -93,6 +95,7 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
     from projections.knowledge import load_knowledge
     from streams.embedder import load_embedder
     from streams.ingest import produce_lines
+    from streams.keystore import KeyStore
     from streams.producer import EventProducer
 
     async def main() -> int:
@@ -104,7 +107,9 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
         knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         lines = [line.removesuffix("\r") for line in text.split("\n")]
         async with EventProducer(settings) as producer:
-            report = await produce_lines(producer, lines, embedder, knowledge)
+            report = await produce_lines(
+                producer, lines, embedder, knowledge, KeyStore(settings.key_store_dir)
+            )
         for line, reason in report.failed:
             print(f"{args.file}:{line}: {reason}", file=sys.stderr)
         print(f"produced {report.produced} events; {len(report.failed)} lines failed")

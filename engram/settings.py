@@ -22,6 +22,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
 
     data_dir: Path = Field(Path(".engram/data"), description="Per-tenant stores and broker data.")
+    keys_dir: Path | None = Field(
+        None,
+        description="Key store of memories' data keys (crypto-shredding); DATA_DIR/keys if unset. "
+        "Not on the log, and not in the same backups as it.",
+    )
     cache_dir: Path = Field(
         Path.home() / ".cache" / "engram", description="Kafka jars fetched from Maven Central."
     )
@@ -93,6 +98,10 @@ class Settings(BaseSettings):
     @property
     def tenants_dir(self) -> Path:
         return self.data_dir / "tenants"
+
+    @property
+    def key_store_dir(self) -> Path:
+        return self.keys_dir or self.data_dir / "keys"
 
     def token_secret(self) -> str:
         """The HS256 secret: ENGRAM_AUTH_SECRET, or one made once per data directory (mode 0600)."""

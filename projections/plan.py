@@ -36,6 +36,7 @@ from schemas import payloads as ev
 from schemas import vocabulary as v
 from schemas.checks import Conflict, InvalidEvent, parse_time
 from schemas.events import Event, Position
+from schemas.sealing import ERASED
 
 
 class GraphState(Protocol):
@@ -215,6 +216,8 @@ def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
 @planner(ev.MemoryRevised)
 def _revised(b: Builder, p: ev.MemoryRevised) -> None:
     m = b.existing(p.memory_id)
+    if b.state.objects(m, e("forgotten")):
+        raise InvalidEvent(f"memory {p.memory_id} is forgotten; there is nothing left to revise")
     for name, value in p.changes.items():
         b.replace(m, FIELD_PREDICATES[name], _field_literal(name, value))
     for name, value in p.property_changes.items():
@@ -243,8 +246,19 @@ def _forgotten(b: Builder, p: ev.MemoryForgotten) -> None:
     m = b.existing(p.memory_id)
     if hold := b.state.objects(m, e("legalHold")):
         raise Conflict(f"memory {p.memory_id} is under a legal hold ({hold[0].value}); release it first")
+    # what is left is what a replay makes of the memory once its key is destroyed (schemas.sealing):
+    # no label, content, class properties or vector, and the plain Memory class
+    b.replace(m, e("label"), Literal(ERASED))
     b.replace(m, e("content"), Literal(REDACTED))
     b.removes.extend(Quad(m, e("embedding"), o, VECTORS) for o in b.state.vectors(m))
+    b.replace(m, e("embeddingModel"), None)
+    for predicate, value in b.state.facts(m):
+        if predicate.value.removeprefix(v.ENGRAM) not in v.MEMORY_PREDICATES and predicate != RDF_TYPE:
+            b.removes.append(Quad(m, predicate, value, ASSERTED))
+    plain = NamedNode(v.class_iri("Memory"))
+    b.removes.extend(Quad(m, RDF_TYPE, c, ASSERTED) for c in b.state.objects(m, RDF_TYPE) if c != plain)
+    b.replace(m, e("memoryClass"), plain)
+    b.add(m, RDF_TYPE, plain)
     b.replace(m, e("forgotten"), Literal(True))
     b.replace(m, e("forgottenAt"), time_literal(b.event.occurred_at))
     if p.reason:

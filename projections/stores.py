@@ -11,6 +11,7 @@ from projections.knowledge import Knowledge, load_knowledge
 from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 from schemas.events import Position
+from streams.keystore import Keys
 
 
 class TenantStores:
@@ -23,9 +24,12 @@ class TenantStores:
         max_open: int = 256,
         knowledge: Knowledge | None = None,
         vectors: tuple[str, int] | None = None,
+        keys: Keys | None = None,
     ) -> None:
-        """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes."""
+        """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes.
+        ``keys`` unseals memory events (without it every sealed event reads as erased)."""
         self.root = root
+        self.keys = keys
         self.max_open = max_open
         self.knowledge = knowledge or load_knowledge()
         self.vectors = vectors

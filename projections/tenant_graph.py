@@ -185,6 +185,14 @@ class TenantGraph:
         self.commit(delta, position)
         return Outcome(Status.APPLIED)
 
+    def would_apply(self, event: Event) -> bool:
+        """Whether ``event`` would be applied now (not rejected, and not a retry of an applied one)."""
+        try:
+            self.prepare(event, Position(0, 0))
+        except (AlreadyApplied, *PLAN_ERRORS):
+            return False
+        return True
+
     def prepare(self, event: Event, position: Position) -> Delta:
         """The delta ``event`` would commit, with its event-id record; raises what ``apply`` rejects."""
         digest = content_digest(event)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas import ENVELOPE_FILE, avro_dir
+from schemas import ENVELOPE_FILE, avro_dir, sealing
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent, Problems, hostile_values, parse_time, show
 from schemas.payloads import EVENT_ID_NAMESPACE, Payload, payload_class
@@ -93,6 +93,7 @@ class Event:
         return f"{v.EVENT_NAMESPACE}.{self.type}"
 
     def to_avro(self) -> dict[str, Any]:
+        """The record the log holds: a sealed payload's personal parts only as ciphertext."""
         return {
             "event_id": self.event_id,
             "tenant": self.tenant,
@@ -102,7 +103,7 @@ class Event:
             "purpose": self.purpose,
             "correlation_id": self.correlation_id,
             "occurred_at_given": self.occurred_at_given,
-            "payload": (self.full_type, self.payload.to_record()),
+            "payload": (self.full_type, sealing.wire(self.payload).to_record()),
         }
 
     @classmethod
@@ -158,6 +159,8 @@ def event_from_json(obj: Any) -> Event:
     payload = obj["payload"]
     if not isinstance(payload, dict):
         raise InvalidEvent("payload must be a JSON object")
+    if "sealed" in payload:
+        raise InvalidEvent("payload.sealed is made by engram when it writes an event, not sent")
     for key in ("tenant", "source", "event_id", "purpose", "correlation_id"):
         if obj.get(key) is not None and not isinstance(obj[key], str):
             raise InvalidEvent(f"{key} must be a string, got {type(obj[key]).__name__}")
@@ -236,6 +239,9 @@ def content_digest(event: Event) -> str:
     record = _without_defaults(event.to_avro(), f"{v.EVENT_NAMESPACE}.Envelope")
     if not event.occurred_at_given:
         record.pop("occurred_at")
+    sealed = record["payload"][1].get("sealed")
+    if sealed is not None:  # its mac stands for the plaintext, with or without the key
+        record["payload"][1]["sealed"] = {"key_id": sealed["key_id"], "mac": sealed["mac"].hex()}
     text = json.dumps(record, sort_keys=True, default=_json_default, ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -186,6 +186,16 @@ class Stakeholders(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Sealed(Record):
+    """Where a memory event's personal parts are while on the log (see ``schemas.sealing``)."""
+
+    key_id: str
+    nonce: bytes
+    ciphertext: bytes
+    mac: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryRemembered(MemoryEvent):
     reshapes: ClassVar[bool] = True
     reindexes: ClassVar[bool] = True
@@ -204,6 +214,7 @@ class MemoryRemembered(MemoryEvent):
     embedding_model: str | None = None
     replaces: str | None = None
     on_conflict: v.OnConflict = v.OnConflict.ASK
+    sealed: Sealed | None = None
 
     def property_names(self) -> Iterable[str]:
         return self.properties.keys()
@@ -273,6 +284,7 @@ class MemoryRevised(MemoryEvent):
 
     changes: Properties = field(default_factory=lambda: types.MappingProxyType({}))
     property_changes: Properties = field(default_factory=lambda: types.MappingProxyType({}))
+    sealed: Sealed | None = None
 
     def property_names(self) -> Iterable[str]:
         return self.property_changes.keys()
@@ -281,7 +293,10 @@ class MemoryRevised(MemoryEvent):
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
         super().check(p, c)
         changes, props = _mapping(c, p, "changes"), _mapping(c, p, "property_changes")
-        c.require(bool(changes) or bool(props), "a revision must change at least one field")
+        c.require(  # an erased revision (its key destroyed) changed what can no longer be read
+            bool(changes) or bool(props) or p.get("sealed") is not None,
+            "a revision must change at least one field",
+        )
         for name, value in changes.items():
             if not c.require(
                 name in REVISABLE_FIELDS,

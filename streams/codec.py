@@ -99,7 +99,9 @@ def decode(data: bytes, extra_writers: dict[bytes, Any] | None = None) -> Event:
         raise UndecodableEvent(f"unknown writer schema fingerprint {fp.hex()}")
     body = io.BytesIO(data[10:])
     try:
-        record = schemaless_reader(body, writer, envelope_schema(), return_record_name=True)
+        record = schemaless_reader(
+            body, writer, envelope_schema(), return_record_name=True, return_record_name_override=True
+        )
         event = Event.from_avro(record)  # type: ignore[arg-type]
     except Exception as exc:  # a corrupt body can fail anywhere in the reader
         raise UndecodableEvent(f"corrupt Avro body: {type(exc).__name__}: {exc}") from exc

@@ -14,6 +14,7 @@ from schemas.checks import InvalidEvent
 from schemas.events import Event, event_from_json
 from schemas.payloads import MemoryRemembered
 from streams.embedder import Embedder, embedding_text
+from streams.keystore import Keys, seal_event
 from streams.producer import EventProducer, encode_checked
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,10 @@ NumberedObjects = list[tuple[int, Any]]  # (line number, a parsed JSON value)
 
 
 def parse_lines(
-    lines: Iterable[str], embedder: Embedder | None = None, knowledge: Knowledge | None = None
+    lines: Iterable[str],
+    embedder: Embedder | None = None,
+    knowledge: Knowledge | None = None,
+    keys: Keys | None = None,
 ) -> tuple[list[tuple[int, Event]], list[tuple[int, str]]]:
     """Events from the good lines and (line number, reason) for every bad one; blank lines are
     skipped. A good line passed every check a producer makes (see ``prepare``)."""
@@ -55,18 +59,22 @@ def parse_lines(
             bad.append((number, f"not JSON this reads: {exc}"))
         except RecursionError:
             bad.append((number, "not JSON this reads: nested too deeply"))
-    good, refused = prepare(objects, embedder, knowledge)
+    good, refused = prepare(objects, embedder, knowledge, keys)
     return good, sorted([*bad, *((number, str(exc)) for number, exc in refused)])
 
 
 def prepare(
-    objects: NumberedObjects, embedder: Embedder | None = None, knowledge: Knowledge | None = None
+    objects: NumberedObjects,
+    embedder: Embedder | None = None,
+    knowledge: Knowledge | None = None,
+    keys: Keys | None = None,
 ) -> tuple[list[tuple[int, Event]], list[tuple[int, InvalidEvent]]]:
     """Events from JSON objects, each checked as every writer checks it (the domain rules, with
     ``knowledge`` the property names the rules reserve, the Avro schema, the log's size limit), so
     producing one cannot fail on its content. With an ``embedder``, a new memory without an
     embedding gets one (in batches), after its event id was derived from the object as written.
-    The API's commands and ``engram produce`` both use this."""
+    With ``keys``, a memory event's personal parts are sealed (``streams.keystore``), embedding
+    included. The API's commands and ``engram produce`` both use this."""
     built: list[tuple[int, Event]] = []
     bad: list[tuple[int, InvalidEvent]] = []
     for number, obj in objects:
@@ -84,6 +92,8 @@ def prepare(
     good: list[tuple[int, Event]] = []
     for number, event in built:
         try:
+            if keys is not None:
+                event = seal_event(event, keys)
             encode_checked(event)  # the Avro schema and the log's size limit, before anything is sent
             good.append((number, event))
         except InvalidEvent as exc:
@@ -128,8 +138,9 @@ async def produce_lines(
     lines: Iterable[str],
     embedder: Embedder | None = None,
     knowledge: Knowledge | None = None,
+    keys: Keys | None = None,
 ) -> IngestReport:
-    good, bad = parse_lines(lines, embedder, knowledge)
+    good, bad = parse_lines(lines, embedder, knowledge, keys)
     report = IngestReport(failed=bad)
     chunk = 1000
     for start in range(0, len(good), chunk):

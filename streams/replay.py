@@ -20,6 +20,7 @@ from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 from schemas.events import Position
 from streams import fetch_guard
+from streams.keystore import KeyStore, ReadOnlyKeys
 from streams.projector import Headers, Record, handle_with_retries
 from streams.topics import partition_count, partition_for
 
@@ -38,7 +39,8 @@ async def replay_tenant(
     fetch_guard.install()
     partitions = await partition_count(settings, settings.events_topic)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
-    stores = TenantStores(root, knowledge=knowledge)
+    keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))  # a forgotten memory's key is already gone
+    stores = TenantStores(root, knowledge=knowledge, keys=keys)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         enable_auto_commit=False,

@@ -31,7 +31,7 @@ def client(**overrides: Any) -> TestClient:
     """The app with a stand-in runtime, speaking as acme's operator unless a request says otherwise."""
     settings = load_settings(auth_secret=SECRET, **overrides)
     app = create_app(settings)
-    stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge())
+    stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge(), keys=None)
     progress = SimpleNamespace(last_offset={})
     embedder = load_embedder("hashing")
     app.state.runtime = SimpleNamespace(

@@ -62,7 +62,7 @@ def test_supersede_restore_and_forget(tenant: Tenant) -> None:
     assert tenant.apply("MemoryForgotten", {"memory_id": "m2", "reason": "gdpr"}) is Status.APPLIED
     m2 = get_memory(tenant.graph, "m2")
     assert m2 is not None and m2["content"] == "[redacted]" and m2["forgotten"] and not m2["active"]
-    assert m2["label"] == "label of m2" and len(m2["lineage"]) == 2  # node and lineage kept
+    assert m2["label"] == "(erased)" and len(m2["lineage"]) == 2  # node and lineage kept, label erased
 
 
 def test_replaces_supersedes_in_the_same_event(tenant: Tenant) -> None:

@@ -101,7 +101,7 @@ def test_request_models_take_the_enums_and_limits_of_the_events() -> None:
     assert embedding["maxItems"] == v.EMBEDDING_MAX_DIM
     # the request's payload fields are the event's (the envelope's aside)
     envelope = {"event_id", "source", "actor", "occurred_at", "purpose", "correlation_id"}
-    payload_fields = {f.name for f in dataclasses.fields(ev.MemoryRemembered)}
+    payload_fields = {f.name for f in dataclasses.fields(ev.MemoryRemembered)} - {"sealed"}  # engram seals
     assert set(props) - envelope == payload_fields
     kpi = _schema(KpiCreate)["properties"]
     assert set(kpi) - envelope == {f.name for f in dataclasses.fields(ev.KpiObserved)}

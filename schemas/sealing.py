@@ -1,0 +1,144 @@
+"""Crypto-shredding: a memory event's personal parts travel encrypted, under a key off the log.
+
+The log is kept forever, so forgetting cannot delete what it holds; it can make it unreadable.
+Each memory has its own 256-bit data key (``key_id``) in a key store beside the log. A memory
+event is *sealed* at the edge: its label, content, class, class properties and embedding are encrypted
+with AES-GCM (bound to the tenant, event and memory ids) into :class:`~schemas.payloads.Sealed`,
+and the wire form carries placeholders in their place. The projector *unseals* with the key;
+once the memory is forgotten the key is destroyed, and the same event unseals to the erased form
+(:data:`ERASED`, no properties, no vector, the plain ``Memory`` class), which is what forgetting
+leaves in the live graph too, so a replay after erasure equals the live graph.
+
+In memory an event keeps both its plaintext and its seal; only :func:`wire` drops the plaintext,
+and ``Event.to_avro`` (so the codec and the content digest) always applies it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import struct
+import types
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from schemas.checks import InvalidEvent
+from schemas.payloads import MemoryRemembered, MemoryRevised, Payload, Sealed
+
+ERASED = "(erased)"
+SEALED_CHANGES = ("label", "content")  # the revisable shared fields that are personal
+SealablePayload = MemoryRemembered | MemoryRevised
+P = TypeVar("P", bound=Payload)
+
+
+def key_id(memory_id: str) -> str:
+    """The data key of a memory: every event about it is sealed with the same one."""
+    return f"memory/{memory_id}"
+
+
+def sealable(payload: Payload) -> bool:
+    return isinstance(payload, MemoryRemembered | MemoryRevised)
+
+
+def associated_data(tenant: str, event_id: str, memory_id: str) -> bytes:
+    """What a ciphertext is bound to: it cannot be moved to another event, memory or tenant."""
+    return "\x00".join((tenant, event_id, memory_id)).encode()
+
+
+def _personal(p: SealablePayload) -> dict[str, Any]:
+    if isinstance(p, MemoryRemembered):
+        return {
+            "label": p.label,
+            "content": p.content,
+            "memory_class": p.memory_class,
+            "properties": dict(p.properties),
+            "embedding": [_float32(x) for x in p.embedding] if p.embedding is not None else None,
+        }
+    return {
+        "changes": {k: p.changes[k] for k in SEALED_CHANGES if k in p.changes},
+        "property_changes": dict(p.property_changes),
+    }
+
+
+def _float32(x: float) -> float:
+    """A component as an Avro float holds it, as an unsealed event's would be."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _canonical(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def seal(payload: P, data_key: bytes, aad: bytes) -> P:
+    """``payload`` with its personal parts also encrypted (a non-memory payload as it is)."""
+    if not isinstance(payload, MemoryRemembered | MemoryRevised):
+        return payload
+    plain = _canonical(_personal(payload))
+    nonce = os.urandom(12)
+    sealed = Sealed(
+        key_id=key_id(payload.memory_id),
+        nonce=nonce,
+        ciphertext=AESGCM(data_key).encrypt(nonce, plain, aad),
+        mac=hmac.new(data_key, plain, hashlib.sha256).digest(),
+    )
+    return replace(payload, sealed=sealed)  # type: ignore[return-value]
+
+
+def wire(payload: P) -> P:
+    """What the log holds of ``payload``: a sealed one's personal parts as placeholders."""
+    if not isinstance(payload, MemoryRemembered | MemoryRevised) or payload.sealed is None:
+        return payload
+    if isinstance(payload, MemoryRemembered):
+        empty = types.MappingProxyType({})
+        return replace(  # type: ignore[return-value]
+            payload, label="", content="", memory_class="Memory", properties=empty, embedding=None
+        )
+    kept = {k: val for k, val in payload.changes.items() if k not in SEALED_CHANGES}
+    return replace(  # type: ignore[return-value]
+        payload, changes=types.MappingProxyType(kept), property_changes=types.MappingProxyType({})
+    )
+
+
+def unseal(payload: P, data_key: bytes | None, aad: bytes) -> P:
+    """``payload`` with its personal parts decrypted, or erased when its key is gone (None).
+
+    Raises InvalidEvent when the ciphertext does not authenticate under the key (tampered, or
+    moved from another event): that is a bad record, not an erased one.
+    """
+    if not isinstance(payload, MemoryRemembered | MemoryRevised) or payload.sealed is None:
+        return payload
+    bare = wire(payload)
+    if data_key is None:
+        if isinstance(bare, MemoryRemembered):
+            return replace(bare, label=ERASED, content=ERASED)  # type: ignore[return-value]
+        return bare
+    try:
+        plain = AESGCM(data_key).decrypt(payload.sealed.nonce, payload.sealed.ciphertext, aad)
+    except (InvalidTag, ValueError) as exc:
+        raise InvalidEvent("sealed content does not authenticate with the memory's key") from exc
+    if not hmac.compare_digest(hmac.new(data_key, plain, hashlib.sha256).digest(), payload.sealed.mac):
+        raise InvalidEvent("sealed content does not match its mac")
+    try:
+        parts = json.loads(plain)
+        if isinstance(bare, MemoryRemembered):
+            embedding = parts["embedding"]
+            return replace(  # type: ignore[return-value]
+                bare,
+                label=parts["label"],
+                content=parts["content"],
+                memory_class=parts["memory_class"],
+                properties=types.MappingProxyType(dict(parts["properties"])),
+                embedding=tuple(float(x) for x in embedding) if embedding is not None else None,
+            )
+        return replace(  # type: ignore[return-value]
+            bare,
+            changes=types.MappingProxyType({**bare.changes, **parts["changes"]}),
+            property_changes=types.MappingProxyType(dict(parts["property_changes"])),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidEvent(f"sealed content is not what a sealed memory event holds: {exc}") from exc

@@ -1,0 +1,172 @@
+"""The key store: memories' data keys, kept off the log, destroyed when a memory is forgotten.
+
+Envelope encryption, as a KMS does it: each data key is stored wrapped by a master key
+(:class:`MasterKey`, the shape of KMS Encrypt/Decrypt with an encryption context), one file per
+key under ``keys_dir/<tenant>/``, so the server and ``engram produce`` can share a directory
+without a shared file to race on. The default master key is a local file (``master.key``, mode
+0600); a production deployment implements :class:`MasterKey` over its KMS and keeps the wrapped
+keys where it keeps secrets. Destroying a key overwrites and unlinks its file and leaves a
+tombstone, so a destroyed key is never silently re-created: an event sealed with it again would
+put new personal data on the log for a memory that was forgotten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from schemas import sealing
+from schemas import vocabulary as v
+from schemas.checks import InvalidEvent
+from schemas.events import Event
+from schemas.payloads import MemoryEvent
+
+
+class KeyErased(LookupError):
+    """The key was destroyed (its memory was forgotten)."""
+
+
+class MasterKey(Protocol):
+    """Wraps and unwraps data keys; ``context`` binds a wrapped key to its tenant and key id."""
+
+    def encrypt(self, plaintext: bytes, context: bytes) -> bytes: ...
+
+    def decrypt(self, blob: bytes, context: bytes) -> bytes: ...
+
+
+class LocalMasterKey:
+    """A 256-bit AES-GCM key in a local file, made on first use (mode 0600)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(AESGCM.generate_key(bit_length=256))
+                f.flush()
+                os.fsync(f.fileno())
+        self._aead = AESGCM(path.read_bytes())
+
+    def encrypt(self, plaintext: bytes, context: bytes) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, plaintext, context)
+
+    def decrypt(self, blob: bytes, context: bytes) -> bytes:
+        return self._aead.decrypt(blob[:12], blob[12:], context)
+
+
+class KeyStore:
+    """Per-memory data keys by (tenant, key id); safe to share between processes."""
+
+    def __init__(self, directory: Path, master: MasterKey | None = None) -> None:
+        self.directory = directory
+        self.master = master or LocalMasterKey(directory / "master.key")
+        self._cache: dict[tuple[str, str], bytes] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, tenant: str, key_id: str) -> Path:
+        if not v.full_match(v.TENANT_RE, tenant):
+            raise ValueError(f"invalid tenant id {tenant!r}")
+        return self.directory / tenant / (hashlib.sha256(key_id.encode()).hexdigest()[:40] + ".key")
+
+    @staticmethod
+    def _context(tenant: str, key_id: str) -> bytes:
+        return f"{tenant}\x00{key_id}".encode()
+
+    def data_key(self, tenant: str, key_id: str, *, create: bool = False) -> bytes | None:
+        """The key, made if ``create`` and absent; None if absent. Raises KeyErased when it was
+        destroyed and ``create`` asks for it again."""
+        with self._lock:
+            found = self._cache.get((tenant, key_id))
+            if found is not None:
+                return found
+            path = self._path(tenant, key_id)
+            if path.exists():
+                key = self.master.decrypt(path.read_bytes(), self._context(tenant, key_id))
+            elif not create:
+                return None
+            elif path.with_suffix(".erased").exists():
+                raise KeyErased(f"the key of {key_id} was destroyed: that memory was forgotten")
+            else:
+                key = AESGCM.generate_key(bit_length=256)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_bytes(self.master.encrypt(key, self._context(tenant, key_id)))
+                with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
+                    os.link(tmp, path)
+                tmp.unlink()
+                key = self.master.decrypt(path.read_bytes(), self._context(tenant, key_id))
+            self._cache[(tenant, key_id)] = key
+            return key
+
+    def destroy(self, tenant: str, key_id: str) -> bool:
+        """Erase the key (idempotent); True if there was one to erase."""
+        with self._lock:
+            self._cache.pop((tenant, key_id), None)
+            path = self._path(tenant, key_id)
+            tomb = path.with_suffix(".erased")
+            if not tomb.exists():
+                tomb.parent.mkdir(parents=True, exist_ok=True)
+                tomb.touch()
+            if not path.exists():
+                return False
+            with open(path, "r+b") as f:  # best effort on flash and copy-on-write disks
+                f.write(b"\x00" * len(path.read_bytes()))
+                f.flush()
+                os.fsync(f.fileno())
+            path.unlink()
+            return True
+
+
+class ReadOnlyKeys:
+    """A key store that reads but never makes or destroys keys: replay's (it rebuilds, it does
+    not act; the live projector destroyed what was forgotten)."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self._keys = keys
+
+    def data_key(self, tenant: str, key_id: str, *, create: bool = False) -> bytes | None:
+        return self._keys.data_key(tenant, key_id)
+
+    def destroy(self, tenant: str, key_id: str) -> bool:
+        return False
+
+
+Keys = KeyStore | ReadOnlyKeys
+
+
+def seal_event(event: Event, keys: Keys) -> Event:
+    """``event`` with a memory payload's personal parts sealed under the memory's key (made on
+    first use). Raises InvalidEvent for a memory whose key was destroyed (it was forgotten)."""
+    p = event.payload
+    if not sealing.sealable(p) or getattr(p, "sealed", None) is not None:
+        return event
+    assert isinstance(p, MemoryEvent)
+    try:
+        key = keys.data_key(event.tenant, sealing.key_id(p.memory_id), create=True)
+    except KeyErased as exc:
+        raise InvalidEvent(f"memory {p.memory_id} was forgotten; nothing more is written about it") from exc
+    assert key is not None
+    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
+    return replace(event, payload=sealing.seal(p, key, aad))
+
+
+def open_event(event: Event, keys: Keys | None) -> Event:
+    """``event`` with its personal parts readable, or erased when the key is gone (or no key store)."""
+    p = event.payload
+    sealed = getattr(p, "sealed", None)
+    if sealed is None:
+        return event
+    assert isinstance(p, MemoryEvent)
+    if sealed.key_id != sealing.key_id(p.memory_id):
+        raise InvalidEvent(f"sealed with key {sealed.key_id!r:.100}, not the key of memory {p.memory_id}")
+    key = keys.data_key(event.tenant, sealed.key_id) if keys is not None else None
+    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
+    return replace(event, payload=sealing.unseal(p, key, aad))

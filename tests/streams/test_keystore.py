@@ -1,0 +1,89 @@
+"""The key store on a real directory, and forgetting through the projector: after the key is gone a
+rebuild from the same records equals the live store, and nothing of the memory is readable."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from projections.read import export_nquads, get_memory
+from projections.stores import TenantStores
+from projections.tenant_graph import Status
+from schemas import sealing
+from schemas.events import Position
+from streams import codec, projector
+from streams.ingest import prepare
+from streams.keystore import KeyErased, KeyStore, ReadOnlyKeys
+from tests.factories import envelope, remembered
+
+
+def test_keys_persist_are_wrapped_and_once_destroyed_are_never_made_again(tmp_path: Path) -> None:
+    store = KeyStore(tmp_path)
+    key = store.data_key("acme", "memory/m1", create=True)
+    assert key is not None and len(key) == 32
+    assert KeyStore(tmp_path).data_key("acme", "memory/m1") == key  # another process reads the same
+    assert stat.S_IMODE((tmp_path / "master.key").stat().st_mode) == 0o600
+    files = list((tmp_path / "acme").glob("*.key"))
+    assert len(files) == 1 and key not in files[0].read_bytes()  # stored wrapped by the master key
+    assert store.data_key("other", "memory/m1") is None  # tenants' keys are apart
+    assert store.destroy("acme", "memory/m1") and not store.destroy("acme", "memory/m1")
+    assert store.data_key("acme", "memory/m1") is None
+    assert KeyStore(tmp_path).data_key("acme", "memory/m1") is None
+    with pytest.raises(KeyErased):
+        KeyStore(tmp_path).data_key("acme", "memory/m1", create=True)
+    assert ReadOnlyKeys(store).data_key("acme", "memory/m2", create=True) is None
+
+
+def records(lines: list[dict[str, Any]], keys: KeyStore) -> list[bytes]:
+    good, bad = prepare(list(enumerate(lines)), keys=keys)
+    assert not bad, bad
+    return [codec.encode(e) for _, e in good]
+
+
+def feed(stores: TenantStores, values: list[bytes]) -> list[Status]:
+    async def sink(*_: Any) -> None:
+        raise AssertionError("nothing here is dead-lettered")
+
+    out = []
+    for offset, value in enumerate(values):
+        rec = projector.Record(b"acme", value, [], Position(0, offset, 1_764_547_200_000 + offset))
+        out.append(asyncio.run(projector.handle_record(rec, stores, sink, partitions=1)).outcome.status)
+    return out
+
+
+def test_forgetting_destroys_the_key_and_a_rebuild_then_equals_the_live_store(tmp_path: Path) -> None:
+    keys = KeyStore(tmp_path / "keys")
+    target = remembered(
+        "t1", label="ROAS target for Kestrel-77", content="Keep ROAS above 3 for Kestrel-77",
+        memory_class="PerformanceTargetMemory", properties={"metric": "roas", "goal": 3.0},
+    )  # fmt: skip
+    lines = [
+        envelope("MemoryRemembered", target),
+        envelope("MemoryRevised", {"memory_id": "t1", "changes": {"label": "Kestrel-77 ROAS"}}),
+        envelope("MemoryRemembered", remembered("k1", label="kept", content="a memory that stays")),
+    ]
+    values = records(lines, keys)
+    assert not any(b"Kestrel-77" in v for v in values)
+    live = TenantStores(tmp_path / "live", keys=keys)
+    assert feed(live, values) == [Status.APPLIED] * 3
+    graph = live.get("acme")
+    assert graph is not None and (get_memory(graph, "t1") or {})["label"] == "Kestrel-77 ROAS"
+    forget = records([envelope("MemoryForgotten", {"memory_id": "t1", "reason": "gdpr"})], keys)
+    assert feed(live, [*values, *forget])[-1] is Status.APPLIED
+    assert keys.data_key("acme", sealing.key_id("t1")) is None
+    assert keys.data_key("acme", sealing.key_id("k1")) is not None
+    live_text = export_nquads(graph)
+    assert [line for line in live_text.splitlines() if "Kestrel-77" in line] == []
+    about = [line for line in live_text.splitlines() if line.startswith("<urn:engram:memory:t1>")]
+    assert about and not [line for line in about if "PerformanceTarget" in line or "#metric" in line]
+    rebuilt = TenantStores(tmp_path / "rebuilt", keys=ReadOnlyKeys(keys))
+    assert feed(rebuilt, [*values, *forget]) == [Status.APPLIED] * 4
+    again = rebuilt.get("acme")
+    assert again is not None and export_nquads(again) == live_text
+    assert (get_memory(again, "k1") or {})["content"] == "a memory that stays"
+    with pytest.raises(Exception, match="forgotten"):
+        records([envelope("MemoryRevised", {"memory_id": "t1", "changes": {"label": "back"}})], keys)
