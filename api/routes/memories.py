@@ -197,8 +197,9 @@ async def forget(
     idempotency_key: IdempotencyKey = None,
     wait: bool = False,
 ) -> Accepted:
-    """Append MemoryForgotten (operators and auditors): the content is redacted, the node and its
-    lineage stay, with who forgot it and why."""
+    """Append MemoryForgotten (operators and auditors): the memory's data key is destroyed, so the
+    log keeps only ciphertext of it; label, content, class properties and vector are erased; the
+    node and its lineage stay, with who forgot it and why."""
     by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(
         await commands.forget(tenant, memory_id, by, reason=body.reason, wait=wait)
