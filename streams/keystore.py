@@ -98,10 +98,11 @@ class KeyStore:
                 key = AESGCM.generate_key(bit_length=256)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(self.master.encrypt(key, self._context(tenant, key_id)))
+                _write_durably(tmp, self.master.encrypt(key, self._context(tenant, key_id)))
                 with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
                     os.link(tmp, path)
                 tmp.unlink()
+                _sync_dir(path.parent)  # durable before any event sealed with it is on the log
                 key = self.master.decrypt(path.read_bytes(), self._context(tenant, key_id))
             self._cache[(tenant, key_id)] = key
             return key
@@ -123,6 +124,21 @@ class KeyStore:
                 os.fsync(f.fileno())
             path.unlink()
             return True
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class ReadOnlyKeys:
