@@ -61,6 +61,7 @@ class TenantIndexes:
         self._lean: dict[str, MemoryFacts] = {}  # what changes only with the memory's own events
         self._tokens: dict[str, tuple[str, int]] = {}
         self._display: dict[str, MemoryFacts] = {}  # lean facts + label, content, who and when
+        self._checked: dict[str, int] = {}  # the graph generation a candidate's state was read at
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
@@ -162,13 +163,20 @@ class TenantIndexes:
                 return None
             if len(self._lean) >= LEAN_CACHE:
                 self._lean.clear()
+                self._checked.clear()
             self._lean[memory_id] = base
+        generation = self.graph.generation
+        if self._checked.get(memory_id) == generation:  # nothing was written since it was looked up
+            return base
         m = memory_iri(memory_id)
         store = self.graph.store
         active = Quad(m, RDF_TYPE, ACTIVE, INFERRED) in store
         expired = Quad(m, RDF_TYPE, EXPIRED, INFERRED) in store
         if (active, expired) != (base.active, base.expired):
             base = self._lean[memory_id] = dataclasses.replace(base, active=active, expired=expired)
+        if len(self._checked) >= LEAN_CACHE:
+            self._checked.clear()
+        self._checked[memory_id] = generation
         return base
 
     def display(self, lean: MemoryFacts) -> MemoryFacts:
@@ -199,6 +207,7 @@ class TenantIndexes:
         for memory_id in memory_ids:
             self._lean.pop(memory_id, None)
             self._display.pop(memory_id, None)
+            self._checked.pop(memory_id, None)
             text = self.memory_text(memory_id)
             if text is None:
                 self.text.delete(memory_id)
@@ -243,6 +252,7 @@ class TenantIndexes:
         """Every memory of the graph into the index(es), from empty; returns how many."""
         self._lean.clear()
         self._display.clear()
+        self._checked.clear()
         ids = self.memory_ids()
         if only in (None, "text"):
             self.text.clear()

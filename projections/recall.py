@@ -22,7 +22,7 @@ import numpy as np
 
 from projections.indexes import TenantIndexes
 from projections.ontology import Ontology
-from projections.visibility import MemoryFacts, Principal, with_text
+from projections.visibility import MemoryFacts, Principal
 from schemas import vocabulary as v
 
 Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
@@ -127,13 +127,20 @@ def _age_days(when: str | None, now: datetime) -> float:
 
 
 def recency(m: MemoryFacts, now: datetime) -> float:
-    return 0.5 ** (_age_days(m.valid_from, now) / RECENCY_HALF_LIFE_DAYS)
+    return _recency(_age_days(m.valid_from, now))
 
 
 def forgetting(m: MemoryFacts, now: datetime) -> float:
+    return _forgetting(_age_days(m.valid_from, now), m.importance)
+
+
+def _recency(age_days: float) -> float:
+    return 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+
+
+def _forgetting(age_days: float, importance: int) -> float:
     """Ebbinghaus retention; more important memories are forgotten more slowly (2x per tier)."""
-    stability = STABILITY_DAYS * 2.0 ** (m.importance - v.Importance.MEDIUM)
-    return math.exp(-_age_days(m.valid_from, now) / stability)
+    return math.exp(-age_days / (STABILITY_DAYS * 2.0 ** (importance - v.Importance.MEDIUM)))
 
 
 def rank(
@@ -153,7 +160,8 @@ def rank(
         rel = relevance.get(m.id)
         if rel is None:
             continue
-        rec, fgt = recency(m, now), forgetting(m, now)
+        age = _age_days(m.valid_from, now)
+        rec, fgt = _recency(age), _forgetting(age, m.importance)
         if method == "default":
             score = (RELEVANCE * rel + RECENCY * rec + FORGETTING * fgt) * m.confidence * class_weight(m)
         else:
@@ -216,7 +224,7 @@ def recall(
     hits = rank(candidates, bm25, vector, query.fusion, now, class_weight)
     # the whole memory only for those that may be returned (a budget may skip some of them)
     shown = 3 * query.limit if query.budget_tokens is not None else query.limit
-    full = [Hit(with_text(indexes.graph, h.memory), h.score, h.signals) for h in hits[:shown]]
+    full = [Hit(indexes.display(h.memory), h.score, h.signals) for h in hits[:shown]]
     return pack(full, query.limit, query.budget_tokens, count_tokens, indexes.tokens)
 
 

@@ -78,6 +78,9 @@ class TenantGraph:
         self.path = path
         self.knowledge = knowledge or load_knowledge()
         self.store = Store(str(path))
+        # moves before and after every write, so a reader's cache of derived facts (the search
+        # indexes' candidates) knows whether they may have changed since it looked
+        self.generation = 0
         self._ensure_inferred()
 
     # -- state ------------------------------------------------------------------------------
@@ -134,6 +137,13 @@ class TenantGraph:
 
     def rematerialize(self) -> int:
         """Reload the ontology and recompute every inferred fact from the asserted ones."""
+        self.generation += 1
+        try:
+            return self._rematerialize()
+        finally:
+            self.generation += 1
+
+    def _rematerialize(self) -> int:
         k = self.knowledge
         self._set_meta("knowledgeDigest", None)  # a crash part-way leaves the store marked stale
         self._set_meta("inferredOffset", None)
@@ -223,6 +233,13 @@ class TenantGraph:
         previous checkpoint; otherwise (an earlier update failed) or if it fails now, the
         inferred graph is recomputed from scratch before the new offset is recorded.
         """
+        self.generation += 1
+        try:
+            self._commit(delta, position)
+        finally:
+            self.generation += 1
+
+    def _commit(self, delta: Delta, position: Position) -> None:
         previous = self.checkpoint()
         current = self._meta("inferredOffset") == Literal(previous.offset if previous else -1)
         adds = [q for q in delta.adds if q not in self.store]

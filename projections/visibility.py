@@ -201,8 +201,3 @@ def with_display(graph: TenantGraph, facts: MemoryFacts, names: tuple[str, ...] 
         actor_role=got.get("actorRole"),
         recorded_at=got.get("recordedAt"),
     )
-
-
-def with_text(graph: TenantGraph, facts: MemoryFacts) -> MemoryFacts:
-    """Lean facts completed with the label and content a recall answer shows."""
-    return with_display(graph, facts, ("label", "content"))

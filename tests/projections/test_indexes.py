@@ -178,6 +178,26 @@ def test_exact_similarities_match_the_nearest_neighbours(tmp_path: Path) -> None
     exact = ix.vectors.similarities(query, [*nearest, "unknown"])
     assert set(exact) == set(nearest)
     assert all(abs(exact[k] - nearest[k]) < 1e-5 for k in nearest)
+    # the exact copy is kept in step with later writes: a new vector, a new memory, a forgotten one
+    t.apply("MemoryRevised", {"memory_id": "m0", "changes": {"content": "sourcing engineers in berlin"}})
+    t.apply("MemoryRemembered", remembered("late", content="meta budget headline cap"))
+    t.apply("MemoryForgotten", {"memory_id": "m1"})
+    nearest = dict(ix.vectors.search(query, len(WORDS) + 1))
+    exact = ix.vectors.similarities(query, [*nearest, "m1"])
+    assert "late" in exact and "m1" not in exact and set(exact) == set(nearest)
+    assert all(abs(exact[k] - nearest[k]) < 1e-5 for k in nearest)
+
+
+def test_a_candidates_state_follows_every_write(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("a"))
+    t.apply("MemoryRemembered", remembered("b"))
+    ix = t.indexes()
+    assert ix.candidate("a").active and ix.candidate("a").active  # type: ignore[union-attr]  # cached
+    t.apply("MemorySuperseded", {"memory_id": "a", "superseded_by": "b"})
+    assert ix.candidate("a").active is False  # type: ignore[union-attr]
+    t.apply("MemoryRestored", {"memory_id": "a"})
+    assert ix.candidate("a").active is True  # type: ignore[union-attr]
 
 
 def test_engram_rebuild_index_rebuilds_both_with_progress(
