@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pyoxigraph import Literal, NamedNode, Quad
@@ -22,7 +23,7 @@ from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, e, memory_iri
 from projections.text_index import TextIndex
 from projections.vector_index import VectorIndex, label_of
-from projections.visibility import LEAN, MemoryFacts, lean_from, memory_facts, with_display
+from projections.visibility import LEAN, MemoryFacts, inferred_by_name, lean_from, memory_facts, with_display
 from schemas import vocabulary as v
 from schemas.events import Position
 
@@ -62,6 +63,7 @@ class TenantIndexes:
         self._tokens: dict[str, tuple[str, int]] = {}
         self._display: dict[str, MemoryFacts] = {}  # lean facts + label, content, who and when
         self._checked: dict[str, int] = {}  # the graph generation a candidate's state was read at
+        self._derived: dict[str, tuple[int, dict[str, list[Any]]]] = {}  # by generation read at
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
@@ -178,6 +180,18 @@ class TenantIndexes:
             self._checked.clear()
         self._checked[memory_id] = generation
         return base
+
+    def derived(self, memory_id: str) -> dict[str, list[Any]]:
+        """The rules' facts about a memory by predicate name, read again only after a write."""
+        generation = self.graph.generation
+        found = self._derived.get(memory_id)
+        if found is not None and found[0] == generation:
+            return found[1]
+        facts = inferred_by_name(self.graph, memory_id)
+        if len(self._derived) >= LEAN_CACHE:
+            self._derived.clear()
+        self._derived[memory_id] = (generation, facts)
+        return facts
 
     def display(self, lean: MemoryFacts) -> MemoryFacts:
         """``lean`` with what a context item shows; that part changes only with the memory's events."""

@@ -160,6 +160,15 @@ def _lean_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
     return lean_from(memory_id, one, classes, teams)
 
 
+def inferred_by_name(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
+    """The rules' facts about a memory, by predicate name (its statuses, keys, conflicts)."""
+    out: dict[str, list[Any]] = {}
+    for q in graph.store.quads_for_pattern(memory_iri(memory_id), None, None, INFERRED):
+        if q.predicate.value.startswith(v.ENGRAM):
+            out.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object)
+    return out
+
+
 def lean_from(
     memory_id: str, one: dict[str, str], classes: frozenset[str], teams: frozenset[str]
 ) -> MemoryFacts:

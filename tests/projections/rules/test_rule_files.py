@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 from pyoxigraph import Literal, NamedNode, Triple
 
-from projections.context import inferred_by_name
 from projections.context import statuses as context_statuses
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
 from projections.read import get_memory, list_memory_ids, memory_statuses
 from projections.tenant_graph import Status, TenantGraph
 from projections.terms import memory_iri
-from projections.visibility import memory_facts
+from projections.visibility import inferred_by_name, memory_facts
 from schemas import vocabulary as v
 from tests.factories import remembered
 from tests.tenant import Tenant, from_scratch
