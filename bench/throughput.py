@@ -25,6 +25,7 @@ from engram.harness import Server, isolated_settings
 from engram.settings import load_settings
 from schemas.events import event_from_json
 from streams import kafka_local
+from streams.keystore import KeyStore, seal_event
 from streams.producer import EventProducer
 from streams.topics import ensure_topics
 
@@ -90,7 +91,8 @@ def main() -> None:
         server = Server(settings, Path(tmp) / "server.log").start()
         server.wait_ready()
         try:
-            events = [event_from_json(e) for e in workload(args.events, args.tenants)]
+            keys = KeyStore(settings.key_store_dir)  # sealed as the API and `engram produce` seal them
+            events = [seal_event(event_from_json(e), keys) for e in workload(args.events, args.tenants)]
             began = time.monotonic()
             produce_s = asyncio.run(produce_all(settings, events))
             server.wait_ready(timeout=600, interval=0.5)  # polling readyz costs the worker time
