@@ -52,6 +52,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_TOPIC_PREFIX": settings.topic_prefix,
         "ENGRAM_CONSUMER_GROUP": settings.consumer_group,
         "ENGRAM_DATA_DIR": str(settings.data_dir),
+        "ENGRAM_KEYS_DIR": str(settings.key_store_dir),
         "ENGRAM_EVENTS_PARTITIONS": str(settings.events_partitions),
         "ENGRAM_API_PORT": str(settings.api_port),
         "ENGRAM_WAIT_TIMEOUT_S": str(settings.wait_timeout_s),

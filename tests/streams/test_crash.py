@@ -143,11 +143,37 @@ def test_a_new_data_directory_rebuilds_every_tenant_from_the_log(broker: Setting
         before = server.http.get(f"{server.url}/v1/tenants/acme/graph").text
     finally:
         server.stop()
-    second = first.model_copy(update={"data_dir": tmp_path / "two"})
+    # the key store is the one thing besides the log a rebuild needs: without it every memory,
+    # sealed on the log, would read as erased (as the next test shows)
+    second = first.model_copy(update={"data_dir": tmp_path / "two", "keys_dir": first.key_store_dir})
     again = Server(second, tmp_path / "two.log").start()
     try:
         again.wait_ready()
         assert again.http.get(f"{again.url}/v1/tenants/acme/memories/kept").status_code == 200
         assert again.http.get(f"{again.url}/v1/tenants/acme/graph").text == before
+    finally:
+        again.stop()
+
+
+def test_a_new_data_directory_without_the_key_store_reads_every_memory_as_erased(
+    broker: Settings, tmp_path: Path
+) -> None:
+    first = isolated_settings(broker, tmp_path / "one")
+    server = Server(first, tmp_path / "one.log").start()
+    try:
+        server.wait_ready()
+        body = {"source": "operator", "label": "L", "content": "C", "kind": "fact", "importance": 3,
+                "memory_id": "kept"}  # fmt: skip
+        r = server.http.post(
+            f"{server.url}/v1/tenants/acme/memories", params={"wait": "true"}, json=body, timeout=40
+        )
+        assert r.status_code == 202, r.text
+    finally:
+        server.stop()
+    again = Server(first.model_copy(update={"data_dir": tmp_path / "two"}), tmp_path / "two.log").start()
+    try:
+        again.wait_ready()
+        got = again.http.get(f"{again.url}/v1/tenants/acme/memories/kept").json()
+        assert (got["label"], got["content"]) == ("(erased)", "(erased)")
     finally:
         again.stop()
