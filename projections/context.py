@@ -141,11 +141,12 @@ def _conflicts(
     same class and key across scopes. The more specific scope wins, then the newer memory."""
     by_id = {it["id"]: it for it in items}
     found: set[tuple[str, str]] = {p for p in pairs if p[0] in by_id and p[1] in by_id}
-    ids = sorted(by_id)
-    for i, a in enumerate(ids):
-        for b in ids[i + 1 :]:
-            if keys.get(a, set()) & keys.get(b, set()):
-                found.add((a, b))
+    holders: dict[str, list[str]] = {}  # key -> the memories that have it: pairs without n² tests
+    for memory_id in sorted(by_id):
+        for key in keys.get(memory_id, ()):
+            holders.setdefault(key, []).append(memory_id)
+    for same in holders.values():
+        found.update((a, b) for i, a in enumerate(same) for b in same[i + 1 :])
     flags = []
     for a, b in sorted({tuple(sorted(p)) for p in found}):
         ia, ib = by_id[a], by_id[b]

@@ -155,7 +155,7 @@ def rank(
     relevance = fuse(
         {k: s for k, s in bm25.items() if k in keep}, {k: s for k, s in vector.items() if k in keep}, method
     )
-    hits = []
+    scored = []
     for m in candidates:
         rel = relevance.get(m.id)
         if rel is None:
@@ -166,10 +166,12 @@ def rank(
             score = (RELEVANCE * rel + RECENCY * rec + FORGETTING * fgt) * m.confidence * class_weight(m)
         else:
             score = rel
-        signals = {"bm25": bm25.get(m.id), "vector": vector.get(m.id), "recency": rec, "forgetting": fgt}
-        hits.append(Hit(m, score, signals))
-    hits.sort(key=lambda h: (-h.score, h.memory.id))
-    return hits
+        scored.append((-score, m.id, m, rec, fgt))
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [
+        Hit(m, -neg, {"bm25": bm25.get(mid), "vector": vector.get(mid), "recency": rec, "forgetting": fgt})
+        for neg, mid, m, rec, fgt in scored
+    ]
 
 
 def pack(
@@ -243,9 +245,13 @@ def class_weights(ontology: Ontology) -> Callable[[MemoryFacts], float]:
         if t.predicate.value == v.ENGRAM + "recallWeight"
     }
 
-    def weight(m: MemoryFacts) -> float:
-        found = [(len(ontology.superclasses.get(c, ())), declared[c]) for c in m.classes if c in declared]
+    @functools.lru_cache(maxsize=4096)  # by class set: memories share a few combinations
+    def of_classes(classes: frozenset[str]) -> float:
+        found = [(len(ontology.superclasses.get(c, ())), declared[c]) for c in classes if c in declared]
         return max(found)[1] if found else 1.0
+
+    def weight(m: MemoryFacts) -> float:
+        return of_classes(m.classes)
 
     _WEIGHTS[ontology.digest] = weight
     return weight
