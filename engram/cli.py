@@ -180,6 +180,19 @@ def _rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _vacuum(settings: Settings, args: argparse.Namespace) -> int:
+    from projections.stores import TenantStores
+
+    stores = TenantStores(settings.tenants_dir)
+    try:
+        count = stores.vacuum(args.tenant)
+    except (LookupError, ValueError) as exc:
+        print(f"engram vacuum: {exc}", file=sys.stderr)
+        return 1
+    print(f"vacuumed {args.tenant}: {count} quads written afresh")
+    return 0
+
+
 TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -269,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ri.add_argument("tenant")
 
+    va = sub.add_parser(
+        "vacuum",
+        help="rewrite a tenant's store from its current facts, so forgotten words leave its files too "
+        "(server stopped)",
+    )
+    va.add_argument("tenant")
+
     tk = sub.add_parser("token", help="mint a bearer token (HS256, this deployment's secret)")
     tk.add_argument("tenant")
     tk.add_argument("--role", required=True, choices=[r.value for r in Role])
@@ -303,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "produce": _produce,
         "replay": _replay,
         "rebuild-index": _rebuild_index,
+        "vacuum": _vacuum,
         "schema-history": _schema_history,
         "token": _token,
         "bench": _bench,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import shutil
 from collections import OrderedDict
 from pathlib import Path
+
+from pyoxigraph import Store
 
 from projections.indexes import TenantIndexes
 from projections.knowledge import Knowledge, load_knowledge
@@ -42,7 +45,10 @@ class TenantStores:
         return self.root / tenant / "graph"
 
     def exists(self, tenant: str) -> bool:
-        return v.full_match(v.TENANT_RE, tenant) and self._path(tenant).is_dir()
+        if not v.full_match(v.TENANT_RE, tenant):
+            return False
+        self._finish_vacuum(tenant)
+        return self._path(tenant).is_dir()
 
     def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
         """The tenant's graph; None when it has none yet and ``create`` is false."""
@@ -77,6 +83,48 @@ class TenantStores:
             model, dim = self.vectors
             found = self._indexes[tenant] = TenantIndexes(graph.path.parent, graph, model, dim)
         return found
+
+    # -- vacuum: a store rewritten from what it holds now ---------------------------------------
+    def vacuum(self, tenant: str) -> int:
+        """Rewrite the tenant's store from its current facts; returns how many quads it holds.
+
+        A forgotten memory's words leave the store's answers at once, but RocksDB's write-ahead
+        log and oxigraph's interned strings keep them in its files; a store written afresh from
+        the current quads holds none of them. The store must not be open elsewhere (server stopped).
+        """
+        path = self._path(tenant)
+        if not self.exists(tenant):
+            raise LookupError(f"no tenant {tenant!r} in {self.root}")
+        if (graph := self._open.pop(tenant, None)) is not None:
+            if (indexes := self._indexes.pop(tenant, None)) is not None:
+                indexes.close()
+            graph.flush()
+            del graph, indexes
+            gc.collect()  # RocksDB's lock goes with the last reference
+        fresh_path, stale = path.with_name("graph.vacuum"), path.with_name("graph.stale")
+        shutil.rmtree(fresh_path, ignore_errors=True)
+        old, fresh = Store(str(path)), Store(str(fresh_path))
+        fresh.bulk_extend(old.quads_for_pattern(None, None, None, None))
+        fresh.flush()
+        count = len(fresh)
+        del old, fresh
+        gc.collect()  # both RocksDB handles closed before the directories move
+        (fresh_path / ".complete").touch()
+        path.rename(stale)
+        self._finish_vacuum(tenant)
+        return count
+
+    def _finish_vacuum(self, tenant: str) -> None:
+        """Complete a vacuum a crash interrupted: a complete fresh copy replaces the old store."""
+        path = self._path(tenant)
+        fresh_path, stale = path.with_name("graph.vacuum"), path.with_name("graph.stale")
+        if (fresh_path / ".complete").exists():
+            if path.is_dir():
+                path.rename(stale)
+            (fresh_path / ".complete").unlink()
+            fresh_path.rename(path)
+        if stale.is_dir():
+            shutil.rmtree(stale)
 
     # -- records refused where no tenant's checkpoint can remember them ------------------------
     def _refused_mark(self, partition: int) -> Path:

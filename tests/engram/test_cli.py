@@ -132,6 +132,12 @@ def test_produce_reports_every_hostile_line_and_produces_the_rest(settings: Sett
     assert "importance must be an integer" in reasons[7] and "kind must be one of" in reasons[7]
 
 
+def test_vacuum_names_what_it_cannot_vacuum(settings: Settings) -> None:
+    for bad, reason in (("nope", "no tenant 'nope'"), ("Bad Tenant", "invalid tenant id")):
+        done = engram(settings, "vacuum", bad)
+        assert done.returncode == 1 and reason in done.stderr, done.stderr
+
+
 def test_replay_refuses_what_is_not_a_tenant_id(settings: Settings) -> None:
     for bad in ("acme\n", "Bad Tenant", "../etc"):
         done = engram(settings, "replay", bad)

@@ -87,3 +87,33 @@ def test_forgetting_destroys_the_key_and_a_rebuild_then_equals_the_live_store(tm
     assert (get_memory(again, "k1") or {})["content"] == "a memory that stays"
     with pytest.raises(Exception, match="forgotten"):
         records([envelope("MemoryRevised", {"memory_id": "t1", "changes": {"label": "back"}})], keys)
+
+
+def test_vacuum_leaves_no_forgotten_word_in_the_store_files_and_changes_no_fact(tmp_path: Path) -> None:
+    keys = KeyStore(tmp_path / "keys")
+    secret = remembered("s1", label="Okapi-91 plan", content="Okapi-91 stays confidential")
+    values = records([envelope("MemoryRemembered", secret)], keys)
+    values += records([envelope("MemoryForgotten", {"memory_id": "s1", "reason": "gdpr"})], keys)
+    stores = TenantStores(tmp_path / "tenants", keys=keys)
+    assert feed(stores, values) == [Status.APPLIED] * 2
+    graph = stores.get("acme")
+    assert graph is not None
+    before = export_nquads(graph)
+    graph.flush()
+    del graph  # the store has one opener: vacuum's
+
+    def hits() -> int:
+        files = [p for p in (tmp_path / "tenants" / "acme").rglob("*") if p.is_file()]
+        return sum(p.read_bytes().count(b"Okapi-91") for p in files)
+
+    assert "Okapi-91" not in before and hits() > 0  # gone from the answers, not yet from the files
+    assert stores.vacuum("acme") > 0
+    assert hits() == 0
+    again = stores.get("acme")
+    assert again is not None and export_nquads(again) == before
+    assert (
+        feed(stores, [*values, *records([envelope("ClockTicked", {"now": "2026-12-01T00:00:00Z"})], keys)])[
+            -1
+        ]
+        is Status.APPLIED
+    )
