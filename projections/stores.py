@@ -65,11 +65,15 @@ class TenantStores:
             graph = TenantGraph(self._path(tenant), self.knowledge)
         self._open[tenant] = graph
         while len(self._open) > self.max_open:
-            name, evicted = self._open.popitem(last=False)
-            if (indexes := self._indexes.pop(name, None)) is not None:
-                indexes.close()
-            evicted.flush()
+            self._close(next(iter(self._open)))
         return graph
+
+    def _close(self, tenant: str) -> None:
+        """Close the tenant's indexes and flush its graph; the handle goes with its last reference."""
+        if (indexes := self._indexes.pop(tenant, None)) is not None:
+            indexes.close()
+        if (graph := self._open.pop(tenant, None)) is not None:
+            graph.flush()
 
     def indexes(self, tenant: str) -> TenantIndexes | None:
         """The tenant's search indexes (caught up with its graph when opened); None without a store."""
@@ -95,11 +99,8 @@ class TenantStores:
         path = self._path(tenant)
         if not self.exists(tenant):
             raise LookupError(f"no tenant {tenant!r} in {self.root}")
-        if (graph := self._open.pop(tenant, None)) is not None:
-            if (indexes := self._indexes.pop(tenant, None)) is not None:
-                indexes.close()
-            graph.flush()
-            del graph, indexes
+        if tenant in self._open:
+            self._close(tenant)
             gc.collect()  # RocksDB's lock goes with the last reference
         fresh_path, stale = path.with_name("graph.vacuum"), path.with_name("graph.stale")
         shutil.rmtree(fresh_path, ignore_errors=True)

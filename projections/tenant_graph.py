@@ -8,9 +8,10 @@ applied before is skipped too (same content) or rejected (different content).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,9 +138,15 @@ class TenantGraph:
 
     def rematerialize(self) -> int:
         """Reload the ontology and recompute every inferred fact from the asserted ones."""
+        with self._writing():
+            return self._rematerialize()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Moves ``generation`` before and after a write, whether it succeeds or not."""
         self.generation += 1
         try:
-            return self._rematerialize()
+            yield
         finally:
             self.generation += 1
 
@@ -176,11 +183,15 @@ class TenantGraph:
         partition, offset = found[0].object.value.split(":")
         return Position(int(partition), int(offset))
 
-    def apply(self, event: Event, position: Position) -> Outcome:
+    def apply(
+        self, event: Event, position: Position, *, before_commit: Callable[[], object] | None = None
+    ) -> Outcome:
         """Apply once, by offset and by event id; rejected (position still moves) if invalid.
 
         An event id applied before is skipped when its content is the same (a retry, a file
         produced twice) and rejected as a conflict when it is not (an idempotency key reused).
+        ``before_commit`` runs once the event is known to apply, just before it is committed (so a
+        crash between the two applies it again rather than skipping it).
         """
         if self.already_applied(position):
             return Outcome(Status.SKIPPED)
@@ -192,16 +203,10 @@ class TenantGraph:
         except PLAN_ERRORS as exc:
             self.commit(Delta(), position)
             return Outcome(Status.REJECTED, rejection_reason(exc))
+        if before_commit is not None:
+            before_commit()
         self.commit(delta, position)
         return Outcome(Status.APPLIED)
-
-    def would_apply(self, event: Event) -> bool:
-        """Whether ``event`` would be applied now (not rejected, and not a retry of an applied one)."""
-        try:
-            self.prepare(event, Position(0, 0))
-        except (AlreadyApplied, *PLAN_ERRORS):
-            return False
-        return True
 
     def prepare(self, event: Event, position: Position) -> Delta:
         """The delta ``event`` would commit, with its event-id record; raises what ``apply`` rejects."""
@@ -233,11 +238,8 @@ class TenantGraph:
         previous checkpoint; otherwise (an earlier update failed) or if it fails now, the
         inferred graph is recomputed from scratch before the new offset is recorded.
         """
-        self.generation += 1
-        try:
+        with self._writing():
             self._commit(delta, position)
-        finally:
-            self.generation += 1
 
     def _commit(self, delta: Delta, position: Position) -> None:
         previous = self.checkpoint()

@@ -60,7 +60,8 @@ class Actor:
     on_behalf_of: str | None = None
 
     def to_avro(self) -> dict[str, Any]:
-        # on_behalf_of only when set: an event without it keeps the content digest it always had
+        # on_behalf_of only when set: the JSON envelope's actor holds strings only (the digest
+        # leaves a field at its default out either way)
         extra = {} if self.on_behalf_of is None else {"on_behalf_of": self.on_behalf_of}
         return {"id": self.id, "role": self.role, **extra}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,8 @@ async def handle_record(
     if graph is not None and graph.already_applied(record.position):
         return Result(tenant, Outcome(Status.SKIPPED))
 
+    headers = [(k, val) for k, val in record.headers if k != fetch_guard.UNREADABLE]
+
     async def refuse(reason: str) -> Result:
         if graph is not None:
             await dead_letter(record.key, record.value, headers, reason)
@@ -98,7 +101,6 @@ async def handle_record(
             stores.note_refused(record.position)
         return Result(tenant, Outcome(Status.REJECTED, reason))
 
-    headers = [(k, val) for k, val in record.headers if k != fetch_guard.UNREADABLE]
     if (unreadable := fetch_guard.unreadable_reason(record.headers)) is not None:
         return await refuse(unreadable)
     if tenant is None:
@@ -120,11 +122,10 @@ async def handle_record(
 
     graph = graph or stores.get(tenant, create=True)
     assert graph is not None
-    forgotten = event.payload
-    if isinstance(forgotten, ev.MemoryForgotten) and stores.keys is not None and graph.would_apply(event):
-        # before the commit: after a crash between the two the event is applied again, not skipped
-        stores.keys.destroy(tenant, sealing.key_id(forgotten.memory_id))
-    outcome = graph.apply(event, record.position)
+    erase = None
+    if isinstance(forgotten := event.payload, ev.MemoryForgotten) and (keys := stores.keys) is not None:
+        erase = functools.partial(keys.destroy, tenant, sealing.key_id(forgotten.memory_id))
+    outcome = graph.apply(event, record.position, before_commit=erase)
     if outcome.status is Status.REJECTED:
         await dead_letter(record.key, record.value, headers, outcome.reason or "rejected")
     touched = reindexes(event) if outcome.status is Status.APPLIED else None
