@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import faust
+import numpy as np
 
 from commands.writes import Commands
 from engram.settings import Settings
 from projections.knowledge import load_knowledge
 from projections.progress import Progress
 from projections.stores import TenantStores
-from streams.embedder import Embedder, load_embedder
+from streams.embedder import Embedder, HashingEmbedder, load_embedder
+from streams.embedding_worker import EmbeddingWorker
 from streams.indexer import Indexer
 from streams.keystore import KeyStore
 from streams.lag import LagMonitor
@@ -37,6 +40,35 @@ class Runtime:
     projector: faust.App
     lag: LagMonitor
     commands: Commands
+    query_worker: EmbeddingWorker | None = None
+
+    def query_vector(self, text: str | None) -> PendingVector:
+        """Start embedding a query (in the worker process when there is one); read the graph
+        meanwhile, then call the result for the vector."""
+        return PendingVector(self.query_worker, self.embedder, text)
+
+
+class PendingVector:
+    """A query's embedding on its way. With a worker process it is computed on the other core
+    while this one reads the graph; without one (or when the worker cannot take it) it is computed
+    here when first asked for. ``ms`` is how long the embedding itself took."""
+
+    def __init__(self, worker: EmbeddingWorker | None, embedder: Embedder, text: str | None) -> None:
+        self.ms = 0.0
+        self._text = text if text is not None and text.strip() else None
+        self._embedder = embedder
+        self._wait = worker.begin(self._text) if worker is not None and self._text is not None else None
+        self._vector: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray | None:
+        if self._vector is None and self._text is not None:
+            if self._wait is not None:
+                self._vector, self.ms = self._wait()
+            else:
+                started = time.perf_counter()
+                self._vector = self._embedder.embed([self._text])[0]
+                self.ms = (time.perf_counter() - started) * 1e3
+        return self._vector
 
 
 @asynccontextmanager
@@ -67,6 +99,10 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         projector=create_app(settings, stores, progress, indexer),
         lag=LagMonitor(settings),
         commands=Commands(stores, producer, progress, indexed, embedder, settings.wait_timeout_s),
+        # a hashing embedder costs microseconds: a process to overlap it with would cost more
+        query_worker=EmbeddingWorker(embedder, settings.embedder)
+        if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
+        else None,
     )
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
@@ -81,4 +117,6 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         await indexer.stop()
         await runtime.lag.stop()
         await runtime.producer.stop()
+        if runtime.query_worker is not None:
+            runtime.query_worker.close()
         stores.close()

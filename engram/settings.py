@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     embedder: str = Field(
         "minilm", description="Embedding model: minilm (all-MiniLM-L6-v2, offline) or hashing[-DIM]."
     )
+    query_embedding_worker: bool = Field(
+        True,
+        description="Embed recall and context queries in a helper process, overlapping the graph reads.",
+    )
     context_confidence_floor: float = Field(
         0.5, ge=0, le=1, description="Least confidence of a top-tier memory in the context."
     )

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 from pyoxigraph import Literal, NamedNode
 
 from projections.indexes import TenantIndexes, memory_id_of
 from projections.ontology import Ontology, StatusField, StatusGroup
 from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri
+from projections.vector_index import QueryVector, resolve
 from projections.visibility import (
     MemoryFacts,
     Principal,
@@ -107,12 +107,15 @@ def _value(graph: TenantGraph, m: MemoryFacts, derived: dict[str, list[Any]], f:
     return found[0].value if f.as_text else _number(found[0])
 
 
-def _top_tier_ids(graph: TenantGraph, who: Principal) -> list[str]:
-    """Company ones from the live-context bundle; the principal's own and their teams' from the graph."""
+def _top_tier_ids(graph: TenantGraph, indexes: TenantIndexes | None, who: Principal) -> list[str]:
+    """Company ones from the live-context bundle; the principal's own and their teams' from the graph
+    (through the indexes' list of top-tier holders when the tenant has indexes)."""
     ids = [
         memory_id_of(q.subject)
         for q in graph.store.quads_for_pattern(None, RDF_TYPE, e("LiveContext"), INFERRED)
     ]  # type: ignore[arg-type]
+    if indexes is not None:
+        return list(dict.fromkeys([*ids, *indexes.top_tier_held(who.user, who.teams)]))
     if who.user is not None:
         ids += [
             memory_id_of(q.subject)  # type: ignore[arg-type]
@@ -220,14 +223,14 @@ def build_context(
     graph: TenantGraph,
     indexes: TenantIndexes | None,
     who: Principal,
-    query_vector: np.ndarray | None,
+    query_vector: QueryVector,
     ontology: Ontology,
     options: ContextOptions,
 ) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     keys: dict[str, set[str]] = {}
     pairs: set[tuple[str, str]] = set()
-    for memory_id in _top_tier_ids(graph, who):
+    for memory_id in _top_tier_ids(graph, indexes, who):
         lean = (
             indexes.candidate(memory_id) if indexes is not None else memory_facts(graph, memory_id, lean=True)
         )
@@ -260,15 +263,20 @@ def build_context(
                 "similarity": None,
             }
         )
-    if query_vector is not None and indexes is not None:  # one batch: a lookup per item costs 50 µs
-        found = indexes.vectors.similarities(query_vector, [it["id"] for it in items])
+    conflicts = _conflicts(items, keys, pairs)
+    snap = snapshot(graph)
+    groups = graph.knowledge.ontology.status_groups
+    for it in items:  # each line's tokens counted now, while the query is still being embedded
+        _line_tokens(options.count_tokens, _item_line(it, groups))
+    vector = resolve(query_vector)  # only the order inside blocks depends on it
+    if vector is not None and indexes is not None:  # one batch: a lookup per item costs 50 µs
+        found = indexes.vectors.similarities(vector, [it["id"] for it in items])
         for it in items:
             if (similarity := found.get(it["id"])) is not None:
                 it["similarity"] = round(similarity, 6)
-    conflicts = _conflicts(items, keys, pairs)
     blocks = _blocks(items, ontology)
-    result = {"blocks": blocks, "conflicts": conflicts, "snapshot": snapshot(graph), "count": len(items)}
-    result["text"] = render(result, graph.knowledge.ontology.status_groups)
+    result = {"blocks": blocks, "conflicts": conflicts, "snapshot": snap, "count": len(items)}
+    result["text"] = render(result, groups)
     # WordPiece never joins across white space, so the lines' counts add up to the text's
     result["tokens"] = sum(_line_tokens(options.count_tokens, line) for line in result["text"].splitlines())
     return result
@@ -306,20 +314,22 @@ def _line_tokens(count: Callable[[str], int], line: str) -> int:
     return count(line)
 
 
+def _item_line(it: dict[str, Any], groups: Sequence[StatusGroup]) -> str:
+    status = _status_text(it["statuses"], groups)
+    owner = "" if it["scope"] == "company" else f" ({it['owner']})"
+    flag = f" [overridden by {', '.join(it['overridden_by'])}]" if it.get("overridden_by") else ""
+    return (
+        f"- **{it['label']}**{owner} [{it['importance_name']}, id {it['id']}]{status}{flag}: "
+        f"{it['content']} — set by {it['set_by']['actor']} ({it['set_by']['source']}) at {it['set_at']}"
+    )
+
+
 def render(ctx: dict[str, Any], groups: Sequence[StatusGroup]) -> str:
     """The bundle as markdown: what goes into the prompt."""
     lines = ["# Memory context", ""]
     for block in ctx["blocks"]:
         lines.append(f"## {block['title']}")
-        for it in block["items"]:
-            status = _status_text(it["statuses"], groups)
-            owner = "" if it["scope"] == "company" else f" ({it['owner']})"
-            flag = f" [overridden by {', '.join(it['overridden_by'])}]" if it.get("overridden_by") else ""
-            lines.append(
-                f"- **{it['label']}**{owner} [{it['importance_name']}, id {it['id']}]{status}{flag}: "
-                f"{it['content']} — set by {it['set_by']['actor']} ({it['set_by']['source']}) "
-                f"at {it['set_at']}"
-            )
+        lines += [_item_line(it, groups) for it in block["items"]]
         lines.append("")
     if ctx["conflicts"]:
         lines.append("## Conflicts")

@@ -39,6 +39,12 @@ SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector ind
 Tick = Callable[[int, int], None]
 
 
+_UNHELD = MemoryFacts(
+    id="", label="", content="", kind="", scope="", user=None, teams=frozenset(), importance=0,
+    confidence=0.0, memory_class="",
+)  # fmt: skip  # what a memory that is gone is held as: by no one
+
+
 def memory_id_of(node: NamedNode) -> str:
     return node.value[len(MEMORY_PREFIX) :]
 
@@ -65,6 +71,11 @@ class TenantIndexes:
         self._display: dict[str, MemoryFacts] = {}  # lean facts + label, content, who and when
         self._checked: dict[str, int] = {}  # the graph generation a candidate's state was read at
         self._derived: dict[str, tuple[int, dict[str, list[Any]]]] = {}  # by generation read at
+        # top-tier memories by who holds them ("user:u", "team:t"), so a context reads the
+        # principal's few instead of every memory they hold; refreshed ones are placed again lazily
+        self._holders: dict[str, set[str]] = {}
+        self._held: dict[str, tuple[str, ...]] = {}
+        self._unplaced: set[str] = set()
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
@@ -147,16 +158,22 @@ class TenantIndexes:
                 types.setdefault(q.subject, set()).add(q.object.value)  # type: ignore[arg-type]
         shared: dict[frozenset[str], frozenset[str]] = {}
         ids = columns["memoryId"]
-        for node, memory_id in list(ids.items())[:LEAN_CACHE]:
+        generation = self.graph.generation  # the types read include the rules' (active, expired)
+        for i, (node, memory_id) in enumerate(ids.items()):
             classes = frozenset(types.get(node, ()))
             classes = shared.setdefault(classes, classes)  # one set per combination, not per memory
             one = {name: col[node] for name, col in columns.items() if node in col}
-            self._lean[memory_id] = lean_from(memory_id, one, classes, frozenset(teams.get(node, ())))
+            lean = lean_from(memory_id, one, classes, frozenset(teams.get(node, ())))
+            self._hold(lean)
+            if i < LEAN_CACHE:
+                self._lean[memory_id] = lean
+                self._checked[memory_id] = generation
         # what every context bundle shows of a top-tier memory, so a principal's first context is
         # as cheap as their next (~1 s at 100k memories, of which ~13k are High or Critical)
         for lean in [m for m in self._lean.values() if m.importance >= v.Importance.HIGH][:LEAN_CACHE]:
             self.display(lean)
             self.derived(lean.id)
+        self.vectors.exact()  # the exact cosines of BM25's candidates and of context items
         # these caches are long-lived and acyclic: out of the collector's way, or every full
         # collection walks them (measured: +8 ms p95 on a recall at 100k memories)
         gc.freeze()
@@ -189,6 +206,30 @@ class TenantIndexes:
             self._checked.clear()
         self._checked[memory_id] = generation
         return base
+
+    def _hold(self, lean: MemoryFacts) -> None:
+        keys = self._held.pop(lean.id, ())
+        for key in keys:
+            self._holders[key].discard(lean.id)
+        if lean.importance < v.Importance.HIGH:
+            return
+        keys = (*([f"user:{lean.user}"] if lean.user is not None else []), *(f"team:{t}" for t in lean.teams))
+        for key in keys:
+            self._holders.setdefault(key, set()).add(lean.id)
+        self._held[lean.id] = keys
+
+    def top_tier_held(self, user: str | None, teams: Iterable[str]) -> list[str]:
+        """High and Critical memories this user or these teams hold (a superset of what they may
+        see: the caller still checks each, as facts read now)."""
+        for memory_id in sorted(self._unplaced):
+            lean = self.candidate(memory_id)
+            if lean is None:
+                self._hold(dataclasses.replace(_UNHELD, id=memory_id))
+            else:
+                self._hold(lean)
+        self._unplaced.clear()
+        keys = [*([f"user:{user}"] if user is not None else []), *(f"team:{t}" for t in sorted(teams))]
+        return sorted({m for key in keys for m in self._holders.get(key, ())})
 
     def derived(self, memory_id: str) -> dict[str, list[Any]]:
         """The rules' facts about a memory by predicate name, read again only after a write."""
@@ -231,6 +272,7 @@ class TenantIndexes:
             self._lean.pop(memory_id, None)
             self._display.pop(memory_id, None)
             self._checked.pop(memory_id, None)
+            self._unplaced.add(memory_id)
             text = self.memory_text(memory_id)
             if text is None:
                 self.text.delete(memory_id)

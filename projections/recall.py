@@ -11,6 +11,7 @@ measurement (bench/recall.py) and has to stay measurable.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -18,10 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-import numpy as np
-
 from projections.indexes import TenantIndexes
 from projections.ontology import Ontology
+from projections.vector_index import QueryVector, resolve
 from projections.visibility import MemoryFacts, Principal
 from schemas import vocabulary as v
 
@@ -120,10 +120,14 @@ def _epoch(when: str) -> float | None:
 
 
 def _age_days(when: str | None, now: datetime) -> float:
+    return _age(when, now.timestamp())
+
+
+def _age(when: str | None, now_s: float) -> float:
     then = _epoch(when) if when else None
     if then is None:
         return 0.0
-    return max(0.0, (now.timestamp() - then) / 86_400)
+    return max(0.0, (now_s - then) / 86_400)
 
 
 def recency(m: MemoryFacts, now: datetime) -> float:
@@ -150,27 +154,31 @@ def rank(
     method: Fusion,
     now: datetime,
     class_weight: Callable[[MemoryFacts], float],
+    top: int | None = None,
 ) -> list[Hit]:
+    """Candidates best first (the ``top`` best only, when given: the rest are never shown)."""
     keep = {m.id for m in candidates}
     relevance = fuse(
         {k: s for k, s in bm25.items() if k in keep}, {k: s for k, s in vector.items() if k in keep}, method
     )
+    now_s = now.timestamp()
+    blended = method == "default"
     scored = []
     for m in candidates:
         rel = relevance.get(m.id)
         if rel is None:
             continue
-        age = _age_days(m.valid_from, now)
+        age = _age(m.valid_from, now_s)
         rec, fgt = _recency(age), _forgetting(age, m.importance)
-        if method == "default":
+        if blended:
             score = (RELEVANCE * rel + RECENCY * rec + FORGETTING * fgt) * m.confidence * class_weight(m)
         else:
             score = rel
-        scored.append((-score, m.id, m, rec, fgt))
-    scored.sort(key=lambda t: (t[0], t[1]))
+        scored.append((-score, m.id, m, rec, fgt))  # ids are unique: the comparison stops there
+    best = heapq.nsmallest(top, scored) if top is not None else sorted(scored)
     return [
         Hit(m, -neg, {"bm25": bm25.get(mid), "vector": vector.get(mid), "recency": rec, "forgetting": fgt})
-        for neg, mid, m, rec, fgt in scored
+        for neg, mid, m, rec, fgt in best
     ]
 
 
@@ -200,7 +208,7 @@ def recall(
     indexes: TenantIndexes,
     query: RecallQuery,
     who: Principal,
-    query_vector: np.ndarray | None,
+    query_vector: QueryVector,
     *,
     count_tokens: Callable[[str], int],
     class_weight: Callable[[MemoryFacts], float],
@@ -209,8 +217,10 @@ def recall(
     now = now or datetime.now(UTC)
     pool = max(POOL, 5 * query.limit)
     total = max(indexes.text.count(), indexes.vectors.count())
+    pending: QueryVector = query_vector
     while True:
         bm25 = dict(indexes.text.search(query.q, pool)) if query.fusion != "vector" else {}
+        query_vector = pending = resolve(pending)  # after the BM25 search, which it may overlap
         vector = {}
         if query_vector is not None and query.fusion != "bm25":
             vector = dict(indexes.vectors.search(query_vector, pool))
@@ -218,15 +228,15 @@ def recall(
                 vector.update(
                     indexes.vectors.similarities(query_vector, [i for i in bm25 if i not in vector])
                 )
-        facts = [f for i in dict.fromkeys([*bm25, *vector]) if (f := indexes.candidate(i))]
-        candidates = [f for f in facts if eligible(f, query, who)]
+        found = (indexes.candidate(i) for i in dict.fromkeys([*bm25, *vector]))
+        candidates = [f for f in found if f is not None and eligible(f, query, who)]
         if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
             break
         pool *= 4  # most candidates were not eligible: look deeper
-    hits = rank(candidates, bm25, vector, query.fusion, now, class_weight)
     # the whole memory only for those that may be returned (a budget may skip some of them)
     shown = 3 * query.limit if query.budget_tokens is not None else query.limit
-    full = [Hit(indexes.display(h.memory), h.score, h.signals) for h in hits[:shown]]
+    hits = rank(candidates, bm25, vector, query.fusion, now, class_weight, top=shown)
+    full = [Hit(indexes.display(h.memory), h.score, h.signals) for h in hits]
     return pack(full, query.limit, query.budget_tokens, count_tokens, indexes.tokens)
 
 

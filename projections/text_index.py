@@ -88,5 +88,5 @@ class TextIndex:
             return []
         searcher = self.index.searcher()
         query = self.index.parse_query(words, ["text"])
-        hits = searcher.search(query, k).hits
+        hits = searcher.search(query, k, count=False).hits  # no total: ~0.1 ms less
         return [(searcher.doc(addr)["id"][0], float(score)) for score, addr in hits]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 import hnswlib
 import numpy as np
@@ -21,6 +23,14 @@ from projections.checkpoint import IndexCheckpoint
 EF_SEARCH = 64
 EF_CONSTRUCTION = 100
 M = 16
+
+
+QueryVector: TypeAlias = "np.ndarray | Callable[[], np.ndarray | None] | None"
+"""A query's vector, or a function that waits for it (so embedding can overlap other work)."""
+
+
+def resolve(vector: QueryVector) -> np.ndarray | None:
+    return vector() if callable(vector) else vector
 
 
 def label_of(memory_id: str) -> int:
@@ -35,6 +45,7 @@ class VectorIndex:
         self.file = path / f"hnsw-{dim}.bin"
         self.checkpoint = IndexCheckpoint(path / f"checkpoint-{dim}.json")
         self.ids: dict[int, str] = {}
+        self._labels: dict[str, int] = {}  # the reverse of ids: no hash per lookup
         self.unsaved = 0
         self.index = self._load()
         self._exact: ExactVectors | None = None  # made on the first exact lookup
@@ -61,6 +72,7 @@ class VectorIndex:
     def known(self, ids: dict[int, str]) -> None:
         """The memory ids behind the labels (read from the graph when the store opens)."""
         self.ids = ids
+        self._labels = {mid: label for label, mid in ids.items()}
         self._exact = None
 
     def upsert(self, memory_id: str, vector: np.ndarray) -> None:
@@ -69,12 +81,14 @@ class VectorIndex:
             self.index.resize_index(max(1024, 2 * self.index.max_elements))
         self.index.add_items(vector.reshape(1, -1), [label])
         self.ids[label] = memory_id
+        self._labels[memory_id] = label
         self.unsaved += 1
         if self._exact is not None:
             self._exact.put(label, vector)
 
     def delete(self, memory_id: str) -> None:
         label = label_of(memory_id)
+        self._labels.pop(memory_id, None)
         if self.ids.pop(label, None) is not None:
             with contextlib.suppress(RuntimeError):  # never added (no vector of this model)
                 self.index.mark_deleted(label)
@@ -83,6 +97,7 @@ class VectorIndex:
     def clear(self) -> None:
         self.index = self._new()
         self.ids = {}
+        self._labels = {}
         self.unsaved += 1
         self._exact = None
 
@@ -103,22 +118,27 @@ class VectorIndex:
             return []
         self.index.set_ef(max(EF_SEARCH, k))
         labels, distances = self.index.knn_query(vector.reshape(1, -1), k=k)
+        ids = self.ids
         return [
-            (self.ids[int(lab)], 1.0 - float(dist))
-            for lab, dist in zip(labels[0], distances[0], strict=True)
-            if int(lab) in self.ids
+            (ids[lab], 1.0 - dist)
+            for lab, dist in zip(labels[0].tolist(), distances[0].tolist(), strict=True)
+            if lab in ids
         ]
 
     def similarities(self, vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
         """Exact cosine similarity of ``vector`` to these memories' points (those it holds)."""
-        labels = {mid: label_of(mid) for mid in memory_ids}
-        known = [(mid, label) for mid, label in labels.items() if label in self.ids]
+        labels = self._labels
+        known = [(mid, label) for mid in dict.fromkeys(memory_ids) if (label := labels.get(mid)) is not None]
         if not known:
             return {}
+        sims = self.exact().cosines(vector, [label for _, label in known])
+        return {mid: s for (mid, _), s in zip(known, sims.tolist(), strict=True)}
+
+    def exact(self) -> ExactVectors:
+        """The points as one matrix, made on first use (or when the store is warmed)."""
         if self._exact is None:
             self._exact = ExactVectors.of(self.index, list(self.ids), self.dim)
-        sims = self._exact.cosines(vector, [label for _, label in known])
-        return {mid: float(s) for (mid, _), s in zip(known, sims, strict=True)}
+        return self._exact
 
     def vector(self, memory_id: str) -> np.ndarray | None:
         label = label_of(memory_id)
@@ -160,4 +180,5 @@ class ExactVectors:
 
     def cosines(self, vector: np.ndarray, labels: list[int]) -> np.ndarray:
         norm = float(np.linalg.norm(vector)) or 1.0
-        return self.matrix[[self.rows[label] for label in labels]] @ (vector.astype(np.float32) / norm)
+        rows = self.rows
+        return self.matrix[[rows[label] for label in labels]] @ (vector.astype(np.float32) / norm)

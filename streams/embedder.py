@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -364,6 +364,14 @@ def _blas_threads(n: int | None) -> Iterator[None]:
                 setter(_blas_saved)
 
 
+_BERT_SPACE = re.compile(r"[ \t\n\r]+")  # white space to BERT and to str.split alike (not \x1c-\x1f)
+
+
+@lru_cache(maxsize=200_000)
+def _chunk_tokens(model_dir: Path, chunk: str) -> int:
+    return len(_tokenizer(model_dir, None).encode(chunk, add_special_tokens=False).ids)
+
+
 class MiniLM:
     """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT, mean pooling over real tokens, L2 norm.
 
@@ -416,8 +424,12 @@ class MiniLM:
         return _normalise_rows(out)
 
     def count_tokens(self, text: str) -> int:
-        """Word pieces of the whole text: no [CLS]/[SEP], and not truncated (compare with 254)."""
-        return len(_tokenizer(self.model_dir, None).encode(text, add_special_tokens=False).ids)
+        """Word pieces of the whole text: no [CLS]/[SEP], and not truncated (compare with 254).
+
+        BERT's pre-tokenizer splits at white space before anything else, so the text's count is the
+        sum of its chunks' counts; each distinct chunk is tokenized once per process (a context
+        bundle's ~100 lines are mostly words counted before: ~5 ms -> ~0.5 ms)."""
+        return sum(_chunk_tokens(self.model_dir, chunk) for chunk in _BERT_SPACE.split(text) if chunk)
 
     def __repr__(self) -> str:
         return f"MiniLM({str(self.model_dir)!r})"

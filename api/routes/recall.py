@@ -57,8 +57,7 @@ def _recall(
     if indexes is None:
         return RecallAnswer(data=[], tokens=0)
     started = time.perf_counter()
-    vector = runtime.embedder.embed([body.q])[0] if body.fusion != "bm25" else None
-    embedded = time.perf_counter()
+    vector = runtime.query_vector(body.q if body.fusion != "bm25" else None)
     query = RecallQuery(
         q=body.q,
         limit=body.limit,
@@ -95,8 +94,7 @@ def _recall(
         )
         for h in hits
     ]
-    done = time.perf_counter()
-    _timing(response, embed=(embedded - started) * 1e3, search=(done - embedded) * 1e3)
+    _timing(response, embed=vector.ms, total=(time.perf_counter() - started) * 1e3)
     return RecallAnswer(data=data, tokens=sum(h.tokens for h in hits))
 
 
@@ -191,10 +189,6 @@ async def context(
                     ["query", "after"],
                 )
     graph = runtime.stores.get(tenant)  # after waiting, the tenant may exist now
-    started = time.perf_counter()
-    vector = runtime.embedder.embed([q])[0] if q and q.strip() else None
-    embedded = time.perf_counter()
-    options = ContextOptions(runtime.settings.context_confidence_floor, runtime.embedder.count_tokens)
     if graph is None:
         empty = {
             "blocks": [],
@@ -203,10 +197,13 @@ async def context(
             "count": 0,
         }
         return ContextAnswer(**empty, text="# Memory context\n", tokens=0)
+    started = time.perf_counter()
+    vector = runtime.query_vector(q)  # embedded while the bundle is read from the graph
+    options = ContextOptions(runtime.settings.context_confidence_floor, runtime.embedder.count_tokens)
     built = build_context(
         graph, runtime.stores.indexes(tenant), who, vector, runtime.stores.knowledge.ontology, options
     )
-    _timing(response, embed=(embedded - started) * 1e3, build=(time.perf_counter() - embedded) * 1e3)
+    _timing(response, embed=vector.ms, total=(time.perf_counter() - started) * 1e3)
     return ContextAnswer(**built)
 
 

@@ -15,9 +15,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from projections.context import ContextOptions, build_context
 from projections.indexes import TenantIndexes
 from projections.stores import TenantStores
 from projections.tenant_graph import Status
+from projections.visibility import Principal
 from schemas.events import Position
 from streams.embedder import embedding_text, load_embedder
 from streams.ingest import embed_missing
@@ -240,3 +242,65 @@ def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:
     for mid in ("c", "g", "u"):
         assert ix.candidate(mid) == memory_facts(graph, mid, lean=True), mid
     assert ix.candidate("c").active is False  # type: ignore[union-attr]
+
+
+principals = [
+    Principal("ann", frozenset({"red"})),
+    Principal("bob", frozenset({"red", "blue"})),
+    Principal(None, frozenset()),
+    Principal("cy", frozenset(), role="operator"),
+]
+holders = st.sampled_from(
+    [
+        {"scope": "company"},
+        {"scope": "user", "stakeholders": {"user_id": "ann"}},
+        {"scope": "user", "stakeholders": {"user_id": "bob"}},
+        {"scope": "team", "stakeholders": {"team_ids": ["red"]}},
+        {"scope": "team", "stakeholders": {"team_ids": ["blue", "green"]}},
+    ]
+)
+context_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["remember", "importance", "confidence", "forget", "supersede", "reopen"]),
+        st.integers(0, 5),
+        st.integers(1, 5),
+        holders,
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=context_ops)
+def test_context_through_the_indexes_equals_context_from_the_graph(
+    tmp_path_factory: Any, steps: list[Any]
+) -> None:
+    """The indexes' list of top-tier holders (kept lazily, warmed on open) never changes a context
+    bundle: for every principal, after every step, it equals the bundle read from the graph alone."""
+    t = Tenant(tmp_path_factory.mktemp("ctx"))
+    options = ContextOptions(0.5, EMB.count_tokens)
+    graph = None
+    for op, n, level, holder in steps:
+        mid = f"m{n}"
+        if op == "remember":
+            t.apply("MemoryRemembered", remembered(mid, importance=level, **holder))
+        elif op == "importance":
+            t.apply("MemoryRevised", {"memory_id": mid, "changes": {"importance": level}})
+        elif op == "confidence":
+            t.apply("MemoryRevised", {"memory_id": mid, "changes": {"confidence": level / 5 - 0.1}})
+        elif op == "forget":
+            t.apply("MemoryForgotten", {"memory_id": mid})
+        elif op == "supersede":
+            t.apply("MemorySuperseded", {"memory_id": mid, "superseded_by": f"m{(n + 1) % 6}"})
+        else:
+            graph = None  # the store's lock goes with its last reference
+            t.reopen()
+        graph = t.stores.get("t")
+        if graph is None:
+            continue
+        ontology = t.stores.knowledge.ontology
+        for who in principals:
+            fast = build_context(graph, t.indexes(), who, None, ontology, options)
+            assert fast == build_context(graph, None, who, None, ontology, options), (op, who)
+    t.stores.close()

@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams import embedder as emb
 from streams.embedder import MINILM_ID, Embedder, HashingEmbedder, MiniLM, load_embedder
@@ -134,6 +136,19 @@ def test_count_tokens_is_wordpieces_without_specials(minilm: MiniLM) -> None:
     assert minilm.count_tokens(EMPTY) == 0
     assert minilm.count_tokens(UNICODE) == 29  # accents stripped, the emoji is one [UNK]
     assert minilm.count_tokens(LONG) == 597  # not truncated
+
+
+TRICKY = ["a", " ", "\n", "\t", "\r", "\x1c", "\x85", "\xa0", "\u3000", "\u2028", "\u200b", "\x00"]
+TRICKY += ["\u0301", "é", "中", "Hello,", "world!", "##", "1.5", "don't"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=60) | st.lists(st.sampled_from(TRICKY), max_size=20).map("".join))
+def test_count_tokens_by_chunks_equals_the_whole_text(text: str) -> None:
+    """The chunked, cached count is exactly what the tokenizer says of the text in one piece."""
+    minilm = MiniLM()
+    whole = emb._tokenizer(minilm.model_dir, None).encode(text, add_special_tokens=False).ids
+    assert minilm.count_tokens(text) == len(whole)
 
 
 def test_gelu_is_the_erf_form() -> None:
