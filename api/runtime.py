@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import faust
 import numpy as np
@@ -27,6 +28,8 @@ from streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
+RECENT_QUERIES = 256  # query vectors kept (1.5 KB each at 384 dimensions)
+
 
 @dataclass
 class Runtime:
@@ -41,11 +44,22 @@ class Runtime:
     lag: LagMonitor
     commands: Commands
     query_worker: EmbeddingWorker | None = None
+    recent_queries: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
 
     def query_vector(self, text: str | None) -> PendingVector:
         """Start embedding a query (in the worker process when there is one); read the graph
-        meanwhile, then call the result for the vector."""
-        return PendingVector(self.query_worker, self.embedder, text)
+        meanwhile, then call the result for the vector. An agent's turn often sends the same text
+        to recall and to context, so the last few vectors are kept (a vector is a function of its
+        text: nothing to invalidate)."""
+        if text is not None and (known := self.recent_queries.get(text)) is not None:
+            self.recent_queries.move_to_end(text)
+            return PendingVector(None, self.embedder, text, known=known)
+        return PendingVector(self.query_worker, self.embedder, text, self._remember)
+
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        self.recent_queries[text] = vector
+        while len(self.recent_queries) > RECENT_QUERIES:
+            self.recent_queries.popitem(last=False)
 
 
 class PendingVector:
@@ -53,12 +67,23 @@ class PendingVector:
     while this one reads the graph; without one (or when the worker cannot take it) it is computed
     here when first asked for. ``ms`` is how long the embedding itself took."""
 
-    def __init__(self, worker: EmbeddingWorker | None, embedder: Embedder, text: str | None) -> None:
+    def __init__(
+        self,
+        worker: EmbeddingWorker | None,
+        embedder: Embedder,
+        text: str | None,
+        done: Callable[[str, np.ndarray], None] | None = None,
+        *,
+        known: np.ndarray | None = None,
+    ) -> None:
         self.ms = 0.0
         self._text = text if text is not None and text.strip() else None
         self._embedder = embedder
-        self._wait = worker.begin(self._text) if worker is not None and self._text is not None else None
-        self._vector: np.ndarray | None = None
+        self._done = done
+        self._vector = known
+        self._wait = None
+        if known is None and worker is not None and self._text is not None:
+            self._wait = worker.begin(self._text)
 
     def __call__(self) -> np.ndarray | None:
         if self._vector is None and self._text is not None:
@@ -68,6 +93,8 @@ class PendingVector:
                 started = time.perf_counter()
                 self._vector = self._embedder.embed([self._text])[0]
                 self.ms = (time.perf_counter() - started) * 1e3
+            if self._done is not None:
+                self._done(self._text, self._vector)
         return self._vector
 
 

@@ -204,16 +204,18 @@ def pack(
     return out
 
 
-def recall(
+def search(
     indexes: TenantIndexes,
     query: RecallQuery,
     who: Principal,
     query_vector: QueryVector,
     *,
-    count_tokens: Callable[[str], int],
     class_weight: Callable[[MemoryFacts], float],
     now: datetime | None = None,
+    top: int | None = None,
 ) -> list[Hit]:
+    """The search itself: BM25 and vector candidates, eligible ones only, fused and ranked (lean
+    facts: no text yet)."""
     now = now or datetime.now(UTC)
     pool = max(POOL, 5 * query.limit)
     total = max(indexes.text.count(), indexes.vectors.count())
@@ -233,9 +235,23 @@ def recall(
         if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
             break
         pool *= 4  # most candidates were not eligible: look deeper
+    return rank(candidates, bm25, vector, query.fusion, now, class_weight, top=top)
+
+
+def recall(
+    indexes: TenantIndexes,
+    query: RecallQuery,
+    who: Principal,
+    query_vector: QueryVector,
+    *,
+    count_tokens: Callable[[str], int],
+    class_weight: Callable[[MemoryFacts], float],
+    now: datetime | None = None,
+) -> list[Hit]:
+    """The search, then the answer: the best hits with their text, packed to the token budget."""
     # the whole memory only for those that may be returned (a budget may skip some of them)
     shown = 3 * query.limit if query.budget_tokens is not None else query.limit
-    hits = rank(candidates, bm25, vector, query.fusion, now, class_weight, top=shown)
+    hits = search(indexes, query, who, query_vector, class_weight=class_weight, now=now, top=shown)
     full = [Hit(indexes.display(h.memory), h.score, h.signals) for h in hits]
     return pack(full, query.limit, query.budget_tokens, count_tokens, indexes.tokens)
 

@@ -196,12 +196,11 @@ DISPLAY = ("label", "content", "source", "actor", "actorRole", "recordedAt")
 
 def with_display(graph: TenantGraph, facts: MemoryFacts, names: tuple[str, ...] = DISPLAY) -> MemoryFacts:
     """Lean facts completed with what an answer shows (label, content, and who set it when)."""
-    wanted = {v.ENGRAM + name: name for name in names}
-    got: dict[str, str] = {}
-    for q in graph.store.quads_for_pattern(memory_iri(facts.id), None, None, ASSERTED):  # one scan, not six
-        name = wanted.get(q.predicate.value)
-        if name is not None and name not in got:
-            got[name] = q.object.value
+    m = memory_iri(facts.id)  # a lookup per name: measured faster than one scan of the memory's facts
+    got = {
+        name: next((q.object.value for q in graph.store.quads_for_pattern(m, e(name), None, ASSERTED)), None)
+        for name in names
+    }
     return dataclasses.replace(
         facts,
         label=got.get("label") or "",
