@@ -231,6 +231,11 @@ class TenantIndexes:
         keys = [*([f"user:{user}"] if user is not None else []), *(f"team:{t}" for t in sorted(teams))]
         return sorted({m for key in keys for m in self._holders.get(key, ())})
 
+    def candidates(self, memory_ids: Iterable[str]) -> list[MemoryFacts]:
+        """``candidate`` of each, leaving out those that are not memories (any more)."""
+        candidate = self.candidate
+        return [found for memory_id in memory_ids if (found := candidate(memory_id)) is not None]
+
     def derived(self, memory_id: str) -> dict[str, list[Any]]:
         """The rules' facts about a memory by predicate name, read again only after a write."""
         generation = self.graph.generation

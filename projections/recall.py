@@ -59,11 +59,11 @@ def eligible(m: MemoryFacts, query: RecallQuery, who: Principal) -> bool:
     return (
         m.active
         and not m.expired
-        and m.visible_to(who)
         and m.importance >= query.min_importance
         and m.confidence >= query.min_confidence
         and (not query.kinds or m.kind in query.kinds)
         and (not query.classes or bool(query.classes & m.classes))
+        and m.visible_to(who)  # the one call: last
     )
 
 
@@ -230,8 +230,8 @@ def search(
                 vector.update(
                     indexes.vectors.similarities(query_vector, [i for i in bm25 if i not in vector])
                 )
-        found = (indexes.candidate(i) for i in dict.fromkeys([*bm25, *vector]))
-        candidates = [f for f in found if f is not None and eligible(f, query, who)]
+        found = indexes.candidates(dict.fromkeys([*bm25, *vector]))
+        candidates = [f for f in found if eligible(f, query, who)]
         if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
             break
         pool *= 4  # most candidates were not eligible: look deeper
