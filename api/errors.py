@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from commands.writes import Refused
+from projections.stores import StoreLocked
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,12 @@ def install(app: FastAPI) -> None:
         detail = [{"loc": loc, "msg": exc.reason, "type": TYPES.get(exc.status, "refused")}]
         return JSONResponse(body(detail, exc.status), status_code=exc.status)
 
+    @app.exception_handler(StoreLocked)
+    async def locked(request: Request, exc: StoreLocked) -> JSONResponse:
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        detail = [{"loc": [], "msg": f"{exc}; retry later", "type": TYPES[503]}]
+        return JSONResponse(body(detail, 503), status_code=503, headers={"Retry-After": "5"})
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
@@ -171,7 +178,7 @@ def responses(*statuses: int, json_content: bool = False) -> dict[int | str, dic
         422: "Invalid input",
         429: "Over ENGRAM_RATE_LIMIT_PER_S for this principal: retry after Retry-After seconds",
         431: "Request line and headers over ENGRAM_MAX_HEADER_BYTES",
-        503: "The event log is unavailable",
+        503: "The event log, or a tenant's store, is unavailable (Retry-After says when to retry)",
         504: "Accepted, but not applied within ENGRAM_WAIT_TIMEOUT_S",
     }
     if json_content:

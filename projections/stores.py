@@ -17,6 +17,16 @@ from schemas.events import Position
 from streams.keystore import Keys
 
 
+class StoreLocked(Exception):
+    """Another opener holds the tenant's store (RocksDB's lock): another process on this data dir."""
+
+    def __init__(self, tenant: str, cause: OSError) -> None:
+        super().__init__(
+            f"the store of tenant {tenant!r} is locked by another process using the same data "
+            f"directory ({str(cause)[:200]})"
+        )
+
+
 class TenantStores:
     """Opens each tenant's graph at most once per process (RocksDB allows one opener)."""
 
@@ -62,7 +72,12 @@ class TenantStores:
             graph = TenantGraph(self._path(tenant), self.knowledge)
         except OSError:
             gc.collect()  # an evicted handle may still hold the RocksDB lock until collected
-            graph = TenantGraph(self._path(tenant), self.knowledge)
+            try:
+                graph = TenantGraph(self._path(tenant), self.knowledge)
+            except OSError as exc:
+                if "lock" in str(exc).lower():
+                    raise StoreLocked(tenant, exc) from exc
+                raise
         self._open[tenant] = graph
         while len(self._open) > self.max_open:
             self._close(next(iter(self._open)))

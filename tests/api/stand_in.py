@@ -27,11 +27,13 @@ class NoLog:
 SECRET = "edge-tests-secret-of-at-least-32-bytes"
 
 
-def client(**overrides: Any) -> TestClient:
-    """The app with a stand-in runtime, speaking as acme's operator unless a request says otherwise."""
+def client(stores: Any = None, **overrides: Any) -> TestClient:
+    """The app with a stand-in runtime, speaking as acme's operator unless a request says otherwise;
+    ``stores`` replaces the stand-in that knows no tenant."""
     settings = load_settings(auth_secret=SECRET, **overrides)
     app = create_app(settings)
-    stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge(), keys=None)
+    if stores is None:
+        stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge(), keys=None)
     progress = SimpleNamespace(last_offset={})
     embedder = load_embedder("hashing")
     app.state.runtime = SimpleNamespace(

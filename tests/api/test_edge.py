@@ -385,3 +385,19 @@ def test_the_docs_page_needs_no_internet(api: TestClient) -> None:
         if asset.startswith("/"):
             assert api.get(asset).status_code == 200, asset
     assert api.get("/redoc").status_code == 200
+
+
+def test_a_store_another_process_holds_is_503_with_a_reason(tmp_path: Path) -> None:
+    """Two servers on one data directory: the second cannot open a tenant's RocksDB store. That
+    is the deployment's fault, not the client's and not a crash: 503, why, and when to retry."""
+    from projections.stores import TenantStores
+
+    holder = TenantStores(tmp_path)
+    assert holder.get("acme", create=True) is not None  # this opener keeps the lock
+    api = client(stores=TenantStores(tmp_path))
+    r = api.get("/v1/tenants/acme/memories")
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "5"
+    [item] = r.json()["detail"]
+    assert "locked by another process" in item["msg"] and "acme" in item["msg"]
+    assert "Traceback" not in r.text
