@@ -21,7 +21,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from engram.settings import Settings
 from projections.plan import no_facts
 from projections.progress import Progress
-from projections.stores import TenantStores
+from projections.stores import StoreLocked, TenantStores
 from projections.tenant_graph import Outcome, Status
 from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
 from schemas import payloads as ev
@@ -133,16 +133,27 @@ async def handle_record(
 
 
 MAX_ATTEMPTS = 5
+LOCKED_RETRY_S = 5.0
 
 
 async def handle_with_retries(
     record: Record, stores: TenantStores, sink: DeadLetterSink, *, partitions: int
 ) -> Result:
-    """An unexpected error (disk, lock, a bug) is retried with backoff before the record is given
-    up on: dead-lettered with the error, and the tenant's position moved past it."""
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    """An unexpected error (disk, a bug) is retried with backoff before the record is given up
+    on: dead-lettered with the error, and the tenant's position moved past it. A store another
+    process holds is no fault of the record's: it is waited for, however long, and nothing is
+    dead-lettered or skipped meanwhile."""
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return await handle_record(record, stores, sink, partitions=partitions)
+        except StoreLocked as exc:
+            attempt = 0
+            pos = record.position
+            log.error("%s; the record at %d:%d waits for it", exc, pos.partition, pos.offset)
+            await asyncio.sleep(LOCKED_RETRY_S)
+            continue
         except Exception as exc:
             pos = record.position
             if attempt < MAX_ATTEMPTS:
@@ -163,7 +174,6 @@ async def handle_with_retries(
                 if tenant is not None and (graph := stores.get(tenant)) is not None:
                     graph.reject(pos)
             return Result(None, Outcome(Status.REJECTED, reason))
-    raise AssertionError("unreachable")
 
 
 DROPPED_HEADER = "dead-letter-dropped"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,25 @@ def test_a_persistent_error_is_dead_lettered_after_the_last_attempt(tmp_path: Pa
     assert letters == [
         f"projection error after {projector.MAX_ATTEMPTS} attempts: OSError: No space left on device"
     ]
+
+
+def test_a_store_another_process_holds_is_waited_for_never_dead_lettered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock is the deployment's fault, not the record's: dead-lettering would skip a valid
+    event for good. The record waits (well past MAX_ATTEMPTS) and applies once the lock is free."""
+    holder = TenantStores(tmp_path)
+    assert holder.get("acme", create=True) is not None  # a real RocksDB lock, held here
+    waits: list[float] = []
+
+    async def wait(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 3 * projector.MAX_ATTEMPTS:  # the other opener goes away
+            holder.close()
+            holder._open.clear()
+            gc.collect()
+
+    monkeypatch.setattr(projector.asyncio, "sleep", wait)
+    result, letters = run(TenantStores(tmp_path), record())
+    assert letters == [] and result.outcome.status is Status.APPLIED
+    assert waits == [projector.LOCKED_RETRY_S] * (3 * projector.MAX_ATTEMPTS)
