@@ -3,7 +3,11 @@
 One run, one machine: starts (or reuses) the local broker, one `engram serve` worker on its own
 topics, then
   1. produces N events across T tenants and times first produce -> last applied (readyz lag 0);
-  2. POSTs M memories one after another with ?wait=true and reports p50/p99 of the round trip.
+  2. POSTs M memories one after another with ?wait=true and reports p50/p99 of the round trip;
+  3. side by side, on the same records read back from the topic: consuming and decoding alone
+     (plain aiokafka ``getmany``), and the projection in process (``handle_record`` per record,
+     no Faust, no indexer) with the rules off and on, so the figure of 1. can be split into
+     the log, the projection, the rules and the rest (Faust, the indexer, the API beside them).
 Prints one JSON object.
 """
 
@@ -18,15 +22,20 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
+from aiokafka import AIOKafkaConsumer
 
 from engram.harness import Server, isolated_settings
 from engram.settings import load_settings
-from schemas.events import event_from_json
-from streams import kafka_local
+from projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
+from projections.stores import TenantStores
+from schemas.events import Position, event_from_json
+from streams import codec, kafka_local
 from streams.keystore import KeyStore, seal_event
 from streams.producer import EventProducer
+from streams.projector import Record, handle_record
 from streams.topics import ensure_topics
 
 ACTOR = {"id": "bench", "role": "operator"}  # memories are an operator's to write
@@ -69,6 +78,55 @@ async def produce_all(settings, events) -> float:
         for start in range(0, len(events), 1000):
             await producer.send_many(events[start : start + 1000])
         return time.monotonic() - started
+
+
+async def read_back(settings, n: int) -> tuple[list[Any], float]:
+    """The topic's first ``n`` records, consumed and decoded as fast as aiokafka gives them."""
+    consumer = AIOKafkaConsumer(
+        settings.events_topic,
+        bootstrap_servers=settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_bytes=64 * 1024 * 1024,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+    )
+    await consumer.start()
+    records: list[Any] = []
+    try:
+        started = time.monotonic()
+        while len(records) < n:
+            for batch in (await consumer.getmany(timeout_ms=1000, max_records=10_000)).values():
+                for r in batch:
+                    codec.decode(r.value)
+                    records.append(r)
+        return records, time.monotonic() - started
+    finally:
+        await consumer.stop()
+
+
+def project_in_process(settings, records: list[Any], root: Path, *, rules: bool) -> float:
+    """``handle_record`` on every record into fresh stores: the projection alone, per event."""
+    (root / "no-rules").mkdir(parents=True, exist_ok=True)
+    (root / "no-rules" / "none.dlog").write_text("# the rules off: no rule at all\n")
+    knowledge = load_knowledge(rules_dir=DEFAULT_RULES_DIR if rules else root / "no-rules")
+    stores = TenantStores(root / ("rules-on" if rules else "rules-off"), knowledge=knowledge,
+                          keys=KeyStore(settings.key_store_dir))  # fmt: skip
+
+    async def sink(*_: Any) -> None:
+        raise AssertionError("the bench's workload is valid: nothing may be dead-lettered")
+
+    async def run() -> float:
+        started = time.monotonic()
+        for r in records:
+            headers = [(k, val) for k, val in (r.headers or [])]
+            record = Record(r.key, r.value, headers, Position(r.partition, r.offset, r.timestamp))
+            await handle_record(record, stores, sink, partitions=settings.events_partitions)
+        return time.monotonic() - started
+
+    try:
+        return asyncio.run(run())
+    finally:
+        stores.close()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -115,6 +173,10 @@ def main() -> None:
                     assert r.status_code == 202 and r.json()["applied"], r.text
         finally:
             server.stop()
+        records, consume_s = asyncio.run(read_back(settings, args.events + args.writes))
+        records = [r for r in records if not (r.key or b"").startswith(b"lat")]  # the workload's only
+        rules_off_s = project_in_process(settings, records, Path(tmp) / "inproc", rules=False)
+        rules_on_s = project_in_process(settings, records, Path(tmp) / "inproc", rules=True)
 
     print(
         json.dumps(
@@ -128,6 +190,12 @@ def main() -> None:
                 "first_produce_to_last_applied_seconds": round(applied_s, 3),
                 "events_per_second_applied": round(args.events / applied_s, 1),
                 "handled": handled,
+                "side_by_side_events_per_second": {
+                    "consume_and_decode": round(len(records) / consume_s, 1),
+                    "projection_in_process_rules_off": round(len(records) / rules_off_s, 1),
+                    "projection_in_process_rules_on": round(len(records) / rules_on_s, 1),
+                    "full_worker_through_faust_rules_on": round(args.events / applied_s, 1),
+                },
                 "write_to_readable_ms": {
                     "writes": args.writes,
                     "p50": round(statistics.median(latencies), 2),
