@@ -39,10 +39,9 @@ SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector ind
 Tick = Callable[[int, int], None]
 
 
-_UNHELD = MemoryFacts(
-    id="", label="", content="", kind="", scope="", user=None, teams=frozenset(), importance=0,
-    confidence=0.0, memory_class="",
-)  # fmt: skip  # what a memory that is gone is held as: by no one
+def _holder_keys(user: str | None, teams: Iterable[str]) -> tuple[str, ...]:
+    """How the top-tier lists name a user and teams ("user:u", "team:t")."""
+    return (*([f"user:{user}"] if user is not None else []), *(f"team:{t}" for t in sorted(teams)))
 
 
 def memory_id_of(node: NamedNode) -> str:
@@ -207,13 +206,15 @@ class TenantIndexes:
         self._checked[memory_id] = generation
         return base
 
+    def _unhold(self, memory_id: str) -> None:
+        for key in self._held.pop(memory_id, ()):
+            self._holders[key].discard(memory_id)
+
     def _hold(self, lean: MemoryFacts) -> None:
-        keys = self._held.pop(lean.id, ())
-        for key in keys:
-            self._holders[key].discard(lean.id)
+        self._unhold(lean.id)
         if lean.importance < v.Importance.HIGH:
             return
-        keys = (*([f"user:{lean.user}"] if lean.user is not None else []), *(f"team:{t}" for t in lean.teams))
+        keys = _holder_keys(lean.user, lean.teams)
         for key in keys:
             self._holders.setdefault(key, set()).add(lean.id)
         self._held[lean.id] = keys
@@ -222,14 +223,12 @@ class TenantIndexes:
         """High and Critical memories this user or these teams hold (a superset of what they may
         see: the caller still checks each, as facts read now)."""
         for memory_id in sorted(self._unplaced):
-            lean = self.candidate(memory_id)
-            if lean is None:
-                self._hold(dataclasses.replace(_UNHELD, id=memory_id))
+            if (lean := self.candidate(memory_id)) is None:
+                self._unhold(memory_id)  # gone: held by no one
             else:
                 self._hold(lean)
         self._unplaced.clear()
-        keys = [*([f"user:{user}"] if user is not None else []), *(f"team:{t}" for t in sorted(teams))]
-        return sorted({m for key in keys for m in self._holders.get(key, ())})
+        return sorted({m for key in _holder_keys(user, teams) for m in self._holders.get(key, ())})
 
     def candidates(self, memory_ids: Iterable[str]) -> list[MemoryFacts]:
         """``candidate`` of each, leaving out those that are not memories (any more)."""

@@ -219,10 +219,9 @@ def search(
     now = now or datetime.now(UTC)
     pool = max(POOL, 5 * query.limit)
     total = max(indexes.text.count(), indexes.vectors.count())
-    pending: QueryVector = query_vector
     while True:
         bm25 = dict(indexes.text.search(query.q, pool)) if query.fusion != "vector" else {}
-        query_vector = pending = resolve(pending)  # after the BM25 search, which it may overlap
+        query_vector = resolve(query_vector)  # after the BM25 search, which it may overlap
         vector = {}
         if query_vector is not None and query.fusion != "bm25":
             vector = dict(indexes.vectors.search(query_vector, pool))
