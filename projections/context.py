@@ -266,8 +266,9 @@ def build_context(
     conflicts = _conflicts(items, keys, pairs)
     snap = snapshot(graph)
     groups = graph.knowledge.ontology.status_groups
-    for it in items:  # each line's tokens counted now, while the query is still being embedded
-        _line_tokens(options.count_tokens, _item_line(it, groups))
+    lines = {it["id"]: _item_line(it, groups) for it in items}  # final: conflicts are marked
+    for line in lines.values():  # each line's tokens counted now, while the query is still being embedded
+        _line_tokens(options.count_tokens, line)
     vector = resolve(query_vector)  # only the order inside blocks depends on it
     if vector is not None and indexes is not None:  # one batch: a lookup per item costs 50 µs
         found = indexes.vectors.similarities(vector, [it["id"] for it in items])
@@ -276,7 +277,7 @@ def build_context(
                 it["similarity"] = round(similarity, 6)
     blocks = _blocks(items, ontology)
     result = {"blocks": blocks, "conflicts": conflicts, "snapshot": snap, "count": len(items)}
-    result["text"] = render(result, groups)
+    result["text"] = render(result, groups, lines)
     # WordPiece never joins across white space, so the lines' counts add up to the text's
     result["tokens"] = sum(_line_tokens(options.count_tokens, line) for line in result["text"].splitlines())
     return result
@@ -324,12 +325,15 @@ def _item_line(it: dict[str, Any], groups: Sequence[StatusGroup]) -> str:
     )
 
 
-def render(ctx: dict[str, Any], groups: Sequence[StatusGroup]) -> str:
-    """The bundle as markdown: what goes into the prompt."""
+def render(
+    ctx: dict[str, Any], groups: Sequence[StatusGroup], item_lines: dict[str, str] | None = None
+) -> str:
+    """The bundle as markdown: what goes into the prompt (with the items' lines when made already)."""
+    made = item_lines or {}
     lines = ["# Memory context", ""]
     for block in ctx["blocks"]:
         lines.append(f"## {block['title']}")
-        lines += [_item_line(it, groups) for it in block["items"]]
+        lines += [made.get(it["id"]) or _item_line(it, groups) for it in block["items"]]
         lines.append("")
     if ctx["conflicts"]:
         lines.append("## Conflicts")

@@ -120,9 +120,9 @@ class VectorIndex:
         labels, distances = self.index.knn_query(vector.reshape(1, -1), k=k)
         ids = self.ids
         return [
-            (ids[lab], 1.0 - dist)
+            (memory_id, 1.0 - dist)
             for lab, dist in zip(labels[0].tolist(), distances[0].tolist(), strict=True)
-            if lab in ids
+            if (memory_id := ids.get(lab)) is not None
         ]
 
     def similarities(self, vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:

@@ -53,6 +53,7 @@ class EmbeddingWorker:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 bufsize=0,
+                env=child_environment(),
             )
         except OSError as exc:
             log.warning("query embedding worker not started (%s); embedding in process", exc)
@@ -147,6 +148,13 @@ class EmbeddingWorker:
             child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def child_environment() -> dict[str, str]:
+    """The child's OpenBLAS pool is one thread from the start: it embeds one query at a time on
+    one thread anyway (``MiniLM.blas_threads``), and shrinking a bigger pool to one and growing it
+    back around every query cost ~1.4 ms of its ~13 (child, 300 queries, medians of 5 runs each)."""
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
 
 
 def _read(fd: int, n: int, timeout: float | None) -> bytes:
