@@ -181,12 +181,12 @@ def _rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _vacuum(settings: Settings, args: argparse.Namespace) -> int:
-    from projections.stores import TenantStores
+    from projections.stores import StoreLocked, TenantStores
 
     stores = TenantStores(settings.tenants_dir)
     try:
         count = stores.vacuum(args.tenant)
-    except (LookupError, ValueError) as exc:
+    except (LookupError, ValueError, StoreLocked) as exc:
         print(f"engram vacuum: {exc}", file=sys.stderr)
         return 1
     print(f"vacuumed {args.tenant}: {count} quads written afresh")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import shutil
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pyoxigraph import Store
 
@@ -16,6 +18,8 @@ from schemas import vocabulary as v
 from schemas.events import Position
 from streams.keystore import Keys
 
+T = TypeVar("T")
+
 
 class StoreLocked(Exception):
     """Another opener holds the tenant's store (RocksDB's lock): another process on this data dir."""
@@ -25,6 +29,16 @@ class StoreLocked(Exception):
             f"the store of tenant {tenant!r} is locked by another process using the same data "
             f"directory ({str(cause)[:200]})"
         )
+
+
+def opened(tenant: str, opener: Callable[[], T]) -> T:
+    """``opener()``, with RocksDB's lock error (another process has the store) as StoreLocked."""
+    try:
+        return opener()
+    except OSError as exc:
+        if "lock" in str(exc).lower():
+            raise StoreLocked(tenant, exc) from exc
+        raise
 
 
 class TenantStores:
@@ -72,12 +86,7 @@ class TenantStores:
             graph = TenantGraph(self._path(tenant), self.knowledge)
         except OSError:
             gc.collect()  # an evicted handle may still hold the RocksDB lock until collected
-            try:
-                graph = TenantGraph(self._path(tenant), self.knowledge)
-            except OSError as exc:
-                if "lock" in str(exc).lower():
-                    raise StoreLocked(tenant, exc) from exc
-                raise
+            graph = opened(tenant, lambda: TenantGraph(self._path(tenant), self.knowledge))
         self._open[tenant] = graph
         while len(self._open) > self.max_open:
             self._close(next(iter(self._open)))
@@ -119,7 +128,8 @@ class TenantStores:
             gc.collect()  # RocksDB's lock goes with the last reference
         fresh_path, stale = path.with_name("graph.vacuum"), path.with_name("graph.stale")
         shutil.rmtree(fresh_path, ignore_errors=True)
-        old, fresh = Store(str(path)), Store(str(fresh_path))
+        old = opened(tenant, lambda: Store(str(path)))  # a running server holds it: say so
+        fresh = Store(str(fresh_path))
         fresh.bulk_extend(old.quads_for_pattern(None, None, None, None))
         fresh.flush()
         count = len(fresh)

@@ -138,6 +138,19 @@ def test_vacuum_names_what_it_cannot_vacuum(settings: Settings) -> None:
         assert done.returncode == 1 and reason in done.stderr, done.stderr
 
 
+def test_vacuum_of_a_store_a_server_holds_says_so_and_changes_nothing(settings: Settings) -> None:
+    from projections.stores import TenantStores
+
+    held = TenantStores(settings.tenants_dir).get("acme", create=True)  # as a running server would
+    assert held is not None
+    before = sorted(p.name for p in settings.tenants_dir.joinpath("acme").iterdir())
+    done = engram(settings, "vacuum", "acme")
+    assert done.returncode == 1, done.stderr
+    assert "locked by another process using the same data directory" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in settings.tenants_dir.joinpath("acme").iterdir()) == before
+
+
 def test_replay_refuses_what_is_not_a_tenant_id(settings: Settings) -> None:
     for bad in ("acme\n", "Bad Tenant", "../etc"):
         done = engram(settings, "replay", bad)
