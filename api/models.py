@@ -347,6 +347,9 @@ class Readiness(BaseModel):
     broker: bool
     lag: dict[int, int] = Field(default_factory=dict, description="Unhandled records per partition")
     handled: dict[str, int] = Field(default_factory=dict, description="Outcomes since start")
+    batches: dict[str, int] = Field(
+        default_factory=dict, description="The projector's batches since start, by size (records)"
+    )
     reason: str | None = None
 
 

@@ -2,12 +2,16 @@
 
 One run, one machine: starts (or reuses) the local broker, one `engram serve` worker on its own
 topics, then
-  1. produces N events across T tenants and times first produce -> last applied (readyz lag 0);
-  2. POSTs M memories one after another with ?wait=true and reports p50/p99 of the round trip;
+  1. produces N events across T tenants and times first produce -> last applied (readyz lag 0),
+     while a client POSTs memories with ?wait=true (write -> readable while the backlog drains);
+     the batch sizes the worker formed come from its /readyz;
+  2. POSTs M memories one after another with ?wait=true, nothing else running (write -> readable
+     with no backlog) and reports p50/p99 of the round trip;
   3. side by side, on the same records read back from the topic: consuming and decoding alone
-     (plain aiokafka ``getmany``), and the projection in process (``handle_record`` per record,
-     no Faust, no indexer) with the rules off and on, so the figure of 1. can be split into
-     the log, the projection, the rules and the rest (Faust, the indexer, the API beside them).
+     (plain aiokafka ``getmany``), and the projection in process (no Faust, no indexer) with the
+     rules off and on, one record at a time and in batches of ``--batch`` records in log order (as
+     the worker takes them), so the figure of 1. can be split into the log, the projection, the
+     rules and the rest (Faust, the indexer, the API beside them).
 Prints one JSON object.
 """
 
@@ -19,6 +23,7 @@ import json
 import random
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,7 +40,7 @@ from schemas.events import Position, event_from_json
 from streams import codec, kafka_local
 from streams.keystore import KeyStore, seal_event
 from streams.producer import EventProducer
-from streams.projector import Record, handle_record
+from streams.projector import Record, handle_batch_with_retries
 from streams.topics import ensure_topics
 
 ACTOR = {"id": "bench", "role": "operator"}  # memories are an operator's to write
@@ -104,29 +109,69 @@ async def read_back(settings, n: int) -> tuple[list[Any], float]:
         await consumer.stop()
 
 
-def project_in_process(settings, records: list[Any], root: Path, *, rules: bool) -> float:
-    """``handle_record`` on every record into fresh stores: the projection alone, per event."""
+def project_in_process(settings, records: list[Any], root: Path, *, rules: bool, batch: int) -> float:
+    """The projector's own batches (``handle_batch_with_retries``) of ``batch`` records in log
+    order into fresh stores: the projection alone, without Faust or the indexer."""
+    name = f"{'rules-on' if rules else 'rules-off'}-{batch}"
     (root / "no-rules").mkdir(parents=True, exist_ok=True)
     (root / "no-rules" / "none.dlog").write_text("# the rules off: no rule at all\n")
     knowledge = load_knowledge(rules_dir=DEFAULT_RULES_DIR if rules else root / "no-rules")
-    stores = TenantStores(root / ("rules-on" if rules else "rules-off"), knowledge=knowledge,
-                          keys=KeyStore(settings.key_store_dir))  # fmt: skip
+    stores = TenantStores(root / name, knowledge=knowledge, keys=KeyStore(settings.key_store_dir))
 
     async def sink(*_: Any) -> None:
         raise AssertionError("the bench's workload is valid: nothing may be dead-lettered")
 
+    converted = [
+        Record(r.key, r.value, list(r.headers or []), Position(r.partition, r.offset, r.timestamp))
+        for r in records
+    ]
+
     async def run() -> float:
         started = time.monotonic()
-        for r in records:
-            headers = [(k, val) for k, val in (r.headers or [])]
-            record = Record(r.key, r.value, headers, Position(r.partition, r.offset, r.timestamp))
-            await handle_record(record, stores, sink, partitions=settings.events_partitions)
+        for start in range(0, len(converted), batch):
+            chunk = converted[start : start + batch]
+            await handle_batch_with_retries(chunk, stores, sink, partitions=settings.events_partitions)
         return time.monotonic() - started
 
     try:
         return asyncio.run(run())
     finally:
         stores.close()
+
+
+class Prober(threading.Thread):
+    """POSTs memories with ?wait=true one after another until stopped: write -> readable under load."""
+
+    def __init__(self, server: Server, tenants: int = 10) -> None:
+        super().__init__(daemon=True)
+        self.server, self.tenants = server, tenants
+        self.latencies: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.server.url, timeout=120, auth=self.server.http.auth) as client:
+            i = 0
+            while not self.stop.is_set():
+                t0 = time.perf_counter()
+                r = client.post(f"/v1/tenants/probe{i % self.tenants}/memories", params={"wait": "true"},
+                                json=probe_body(f"p{i}"))  # fmt: skip
+                self.latencies.append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 202 and r.json()["applied"], r.text
+                i += 1
+
+
+def probe_body(label: str) -> dict[str, Any]:
+    # the actor is the bearer token's: the harness speaks as each tenant's operator
+    return {"source": "agent", "label": label, "content": "latency probe", "kind": "fact", "importance": 3}
+
+
+def summary(latencies: list[float]) -> dict[str, float]:
+    return {
+        "writes": len(latencies),
+        "p50": round(statistics.median(latencies), 2),
+        "p99": round(percentile(latencies, 0.99), 2),
+        "max": round(max(latencies), 2),
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -139,6 +184,9 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--tenants", type=int, default=100)
     ap.add_argument("--writes", type=int, default=300, help="sequential wait=true writes")
+    ap.add_argument(
+        "--batch", type=int, default=500, help="records per in-process batch (the worker's maximum)"
+    )
     args = ap.parse_args()
 
     base = load_settings()
@@ -151,32 +199,38 @@ def main() -> None:
         try:
             keys = KeyStore(settings.key_store_dir)  # sealed as the API and `engram produce` seal them
             events = [seal_event(event_from_json(e), keys) for e in workload(args.events, args.tenants)]
+            prober = Prober(server)
             began = time.monotonic()
+            prober.start()
             produce_s = asyncio.run(produce_all(settings, events))
             server.wait_ready(timeout=600, interval=0.5)  # polling readyz costs the worker time
             applied_s = time.monotonic() - began
-            handled = server.readyz()["handled"]
+            prober.stop.set()
+            prober.join()
+            ready = server.readyz()
 
             latencies = []
             with httpx.Client(base_url=server.url, timeout=60, auth=server.http.auth) as client:
                 for i in range(args.writes):
-                    body = {  # the actor is the bearer token's: the harness speaks as each tenant's operator
-                        "source": "agent",
-                        "label": f"w{i}",
-                        "content": "latency probe",
-                        "kind": "fact",
-                        "importance": 3,
-                    }
                     t0 = time.perf_counter()
-                    r = client.post(f"/v1/tenants/lat{i % 10}/memories", params={"wait": "true"}, json=body)
+                    r = client.post(f"/v1/tenants/lat{i % 10}/memories", params={"wait": "true"},
+                                    json=probe_body(f"w{i}"))  # fmt: skip
                     latencies.append((time.perf_counter() - t0) * 1000)
                     assert r.status_code == 202 and r.json()["applied"], r.text
         finally:
             server.stop()
-        records, consume_s = asyncio.run(read_back(settings, args.events + args.writes))
-        records = [r for r in records if not (r.key or b"").startswith(b"lat")]  # the workload's only
-        rules_off_s = project_in_process(settings, records, Path(tmp) / "inproc", rules=False)
-        rules_on_s = project_in_process(settings, records, Path(tmp) / "inproc", rules=True)
+        probes = len(prober.latencies)
+        records, consume_s = asyncio.run(read_back(settings, args.events + probes + args.writes))
+        ours = [r for r in records if (r.key or b"").startswith(b"b")]  # the workload's only
+        inproc = Path(tmp) / "inproc"
+        rates = {}
+        for rules in (False, True):
+            for batch in (1, args.batch):
+                took = project_in_process(settings, ours, inproc, rules=rules, batch=batch)
+                label = f"projection_in_process_rules_{'on' if rules else 'off'}_" + (
+                    "one_at_a_time" if batch == 1 else f"batches_of_{batch}"
+                )
+                rates[label] = round(len(ours) / took, 1)
 
     print(
         json.dumps(
@@ -188,20 +242,16 @@ def main() -> None:
                 "workers": 1,
                 "produce_seconds": round(produce_s, 3),
                 "first_produce_to_last_applied_seconds": round(applied_s, 3),
-                "events_per_second_applied": round(args.events / applied_s, 1),
-                "handled": handled,
+                "events_per_second_applied": round((args.events + probes) / applied_s, 1),
+                "handled": ready["handled"],
+                "worker_batch_sizes": ready.get("batches", {}),
                 "side_by_side_events_per_second": {
                     "consume_and_decode": round(len(records) / consume_s, 1),
-                    "projection_in_process_rules_off": round(len(records) / rules_off_s, 1),
-                    "projection_in_process_rules_on": round(len(records) / rules_on_s, 1),
-                    "full_worker_through_faust_rules_on": round(args.events / applied_s, 1),
+                    **rates,
+                    "full_worker_through_faust_rules_on": round((args.events + probes) / applied_s, 1),
                 },
-                "write_to_readable_ms": {
-                    "writes": args.writes,
-                    "p50": round(statistics.median(latencies), 2),
-                    "p99": round(percentile(latencies, 0.99), 2),
-                    "max": round(max(latencies), 2),
-                },
+                "write_to_readable_ms_while_the_backlog_drains": summary(prober.latencies),
+                "write_to_readable_ms_no_backlog": summary(latencies),
             },
             indent=2,
         )

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     )
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    projector_batch_max: int = Field(
+        500,
+        ge=1,
+        description="Most records the projector takes at once (grouped by tenant, one commit each).",
+    )
     embedder: str = Field(
         "minilm", description="Embedding model: minilm (all-MiniLM-L6-v2, offline) or hashing[-DIM]."
     )

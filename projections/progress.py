@@ -22,6 +22,7 @@ class Progress:
         self.keep = keep
         self.last_offset: dict[int, int] = {}
         self.counts: Counter[str] = Counter()  # outcomes since this process started
+        self._batches: Counter[int] = Counter()  # the projector's batches by size, in powers of two
         self._recent: OrderedDict[tuple[int, int], Handled] = OrderedDict()
         self._waiters: dict[tuple[int, int], list[asyncio.Future[Handled]]] = {}
 
@@ -36,6 +37,17 @@ class Progress:
         for fut in self._waiters.pop(key, []):
             if not fut.done():
                 fut.set_result(handled)
+
+    def batch(self, size: int) -> None:
+        """The projector took ``size`` records at once."""
+        self._batches[max(size, 1).bit_length() - 1] += 1
+
+    def batch_sizes(self) -> dict[str, int]:
+        """How many batches of each size range, e.g. ``{"1": 40, "2-3": 7, "256-511": 19}``."""
+        return {
+            (str(1 << k) if k == 0 else f"{1 << k}-{(2 << k) - 1}"): n
+            for k, n in sorted(self._batches.items())
+        }
 
     async def wait_for(self, partition: int, offset: int, timeout: float) -> Handled | None:
         """The outcome of the record at (partition, offset), or None if not handled in time."""

@@ -156,16 +156,22 @@ class TenantStores:
     def _refused_mark(self, partition: int) -> Path:
         return self.root / "_refused" / f"partition-{partition}"
 
-    def refused_before(self, position: Position) -> bool:
-        """Whether a record at ``position`` with no store to record it was already refused.
+    def refused_mark(self, partition: int) -> int:
+        """The highest offset of ``partition`` refused with no store to record it (-1: none).
 
-        Refusals are deterministic, so the one record redelivered after a crash is refused again;
-        this keeps it from being dead-lettered twice.
+        Refusals are deterministic, so a record redelivered after a crash is refused again; a
+        record at or below the mark was dead-lettered already and is not dead-lettered twice.
         """
-        mark = self._refused_mark(position.partition)
-        return mark.is_file() and position.offset <= int(mark.read_text() or -1)
+        mark = self._refused_mark(partition)
+        return int(mark.read_text() or -1) if mark.is_file() else -1
+
+    def refused_before(self, position: Position) -> bool:
+        """Whether a record at ``position`` with no store to record it was already refused."""
+        return position.offset <= self.refused_mark(position.partition)
 
     def note_refused(self, position: Position) -> None:
+        if position.offset <= self.refused_mark(position.partition):
+            return  # the mark only moves forward
         mark = self._refused_mark(position.partition)
         mark.parent.mkdir(parents=True, exist_ok=True)
         tmp = mark.with_suffix(".tmp")

@@ -9,14 +9,14 @@ applied before is skipped too (same content) or rejected (different content).
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
 
+from projections.batch import AlreadyApplied, Outcome, Overlay, Status, Step, plan_batch, prepare
 from projections.knowledge import Knowledge, load_knowledge
 from projections.plan import Delta
 from projections.rules.engine import Derivation
@@ -33,24 +33,22 @@ from projections.terms import (
     e,
     event_iri,
 )
-from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
 from schemas import vocabulary as v
-from schemas.checks import Conflict
-from schemas.events import Event, Position, content_digest
+from schemas.events import Event, Position
+
+__all__ = ["AlreadyApplied", "Outcome", "Planned", "Status", "Step", "TenantGraph"]
 
 log = logging.getLogger(__name__)
 
 
-class Status(enum.Enum):
-    APPLIED = "applied"
-    SKIPPED = "skipped"  # at or below the checkpoint: already applied
-    REJECTED = "rejected"  # invalid against the current facts: dead-lettered, position moves
-
-
 @dataclass(frozen=True)
-class Outcome:
-    status: Status
-    reason: str | None = None
+class Planned:
+    """A batch decided against a store, not yet written: what ``commit_planned`` commits."""
+
+    outcomes: list[Outcome]
+    delta: Delta  # net, against the store as it was planned
+    last: Position | None  # the checkpoint it moves to; None when every step was already applied
+    handled: int  # records it moves past (the checkpoint's count of handled records grows by it)
 
 
 def _nt(quads: Iterable[Quad]) -> str:
@@ -59,10 +57,6 @@ def _nt(quads: Iterable[Quad]) -> str:
     for q in quads:
         by_graph.setdefault(str(q.graph_name), []).append(f"{q.subject} {q.predicate} {q.object} .")
     return " ".join(f"GRAPH {g} {{ {' '.join(ts)} }}" for g, ts in by_graph.items())
-
-
-class AlreadyApplied(Exception):
-    """The same event id with the same content: nothing to do."""
 
 
 class TenantGraph:
@@ -172,8 +166,7 @@ class TenantGraph:
     # -- applying events --------------------------------------------------------------------
     def applied_digest(self, event_id: str) -> str | None:
         """The content digest of an event id this store has applied, if any."""
-        found = list(self.store.quads_for_pattern(event_iri(event_id), e("digest"), None, META))
-        return found[0].object.value if found else None
+        return Overlay(self.store).applied_digest(event_id)
 
     def applied_position(self, event_id: str) -> Position | None:
         """Where the log holds the event that applied ``event_id``."""
@@ -183,65 +176,56 @@ class TenantGraph:
         partition, offset = found[0].object.value.split(":")
         return Position(int(partition), int(offset))
 
+    def plan(self, steps: Sequence[Step]) -> Planned:
+        """Decide a run of this tenant's records in log order, each against the facts the ones
+        before it leave (nothing is written); steps at or below the checkpoint are skipped."""
+        overlay = Overlay(self.store)
+        todo = [s for s in steps if not self.already_applied(s.position)]
+        decided = iter(plan_batch(self.knowledge, overlay, todo))
+        outcomes = [
+            Outcome(Status.SKIPPED) if self.already_applied(s.position) else next(decided) for s in steps
+        ]
+        return Planned(outcomes, overlay.net(), todo[-1].position if todo else None, len(todo))
+
     def apply(
         self, event: Event, position: Position, *, before_commit: Callable[[], object] | None = None
     ) -> Outcome:
-        """Apply once, by offset and by event id; rejected (position still moves) if invalid.
+        """Apply one event: a batch of one (see ``plan`` and ``commit_planned``).
 
-        An event id applied before is skipped when its content is the same (a retry, a file
-        produced twice) and rejected as a conflict when it is not (an idempotency key reused).
         ``before_commit`` runs once the event is known to apply, just before it is committed (so a
         crash between the two applies it again rather than skipping it).
         """
-        if self.already_applied(position):
-            return Outcome(Status.SKIPPED)
-        try:
-            delta = self.prepare(event, position)
-        except AlreadyApplied as dup:
-            self.commit(Delta(), position)
-            return Outcome(Status.SKIPPED, str(dup))
-        except PLAN_ERRORS as exc:
-            self.commit(Delta(), position)
-            return Outcome(Status.REJECTED, rejection_reason(exc))
-        if before_commit is not None:
+        planned = self.plan([Step(position, event)])
+        if planned.outcomes[0].status is Status.APPLIED and before_commit is not None:
             before_commit()
-        self.commit(delta, position)
-        return Outcome(Status.APPLIED)
+        self.commit_planned(planned)
+        return planned.outcomes[0]
 
     def prepare(self, event: Event, position: Position) -> Delta:
-        """The delta ``event`` would commit, with its event-id record; raises what ``apply`` rejects."""
-        digest = content_digest(event)
-        seen = self.applied_digest(event.event_id)
-        if seen == digest:
-            raise AlreadyApplied(f"event {event.event_id} was already applied")
-        if seen is not None:
-            raise Conflict(f"event_id {event.event_id} was already used for a different event")
-        delta = checked_plan(self.knowledge, event, position, self)
-        node = event_iri(event.event_id)
-        records = (
-            Quad(node, e("digest"), Literal(digest), META),
-            Quad(node, e("position"), Literal(f"{position.partition}:{position.offset}"), META),
-        )
-        return Delta(delta.removes, (*delta.adds, *records))
+        """The delta ``event`` would commit now; raises what ``apply`` refuses or skips."""
+        return prepare(self.knowledge, event, position, Overlay(self.store))
 
     def reject(self, position: Position) -> Outcome:
         """Move past a record that could not be decoded or validated at all."""
-        if self.already_applied(position):
-            return Outcome(Status.SKIPPED)
-        self.commit(Delta(), position)
-        return Outcome(Status.REJECTED)
+        planned = self.plan([Step(position, refusal="refused")])
+        self.commit_planned(planned)
+        return planned.outcomes[0]
+
+    def commit_planned(self, planned: Planned) -> None:
+        """A planned batch's net delta and its last position in one transaction; the rules follow."""
+        if planned.last is not None:
+            with self._writing():
+                self._commit(planned.delta, planned.last, planned.handled)
 
     def commit(self, delta: Delta, position: Position) -> None:
-        """Asserted delta + checkpoint in one transaction, then the rules catch up.
-
-        The incremental update is only sound from an inferred graph that was current at the
-        previous checkpoint; otherwise (an earlier update failed) or if it fails now, the
-        inferred graph is recomputed from scratch before the new offset is recorded.
-        """
+        """Asserted delta + checkpoint in one transaction, then the rules catch up (one record)."""
         with self._writing():
-            self._commit(delta, position)
+            self._commit(delta, position, 1)
 
-    def _commit(self, delta: Delta, position: Position) -> None:
+    def _commit(self, delta: Delta, position: Position, handled: int) -> None:
+        """The incremental update is only sound from an inferred graph that was current at the
+        previous checkpoint; otherwise (an earlier update failed) or if it fails now, the
+        inferred graph is recomputed from scratch before the new offset is recorded."""
         previous = self.checkpoint()
         current = self._meta("inferredOffset") == Literal(previous.offset if previous else -1)
         adds = [q for q in delta.adds if q not in self.store]
@@ -250,7 +234,7 @@ class TenantGraph:
         meta_new = [
             Quad(PROJECTION, e("partition"), Literal(position.partition), META),
             Quad(PROJECTION, e("offset"), Literal(position.offset), META),
-            Quad(PROJECTION, e("handled"), Literal(self.handled() + 1), META),
+            Quad(PROJECTION, e("handled"), Literal(self.handled() + handled), META),
             *(
                 q
                 for q in meta_old
@@ -270,7 +254,7 @@ class TenantGraph:
         self.store.update(" ; ".join(parts))
         if not current:
             log.warning("%s: inferences were not current; re-materialising", self.path)
-            self.rematerialize()
+            self._rematerialize()
             return
         try:
             added = [q.triple for q in adds if q.graph_name == ASSERTED]
@@ -279,7 +263,7 @@ class TenantGraph:
                 self.knowledge.engine.update(self.store, GRAPHS, added, removed)
         except Exception:
             log.exception("%s: incremental rule update failed; re-materialising", self.path)
-            self.rematerialize()
+            self._rematerialize()
             return
         self._set_meta("inferredOffset", Literal(position.offset))
 

@@ -1,29 +1,32 @@
 """The Faust app and its agent ``project_tenant_events``: the log, projected into tenants' stores.
 
-``handle_record`` is the whole of what happens to one record, shared by the live agent and by
-replay, so a replayed store is built by exactly the code that built the live one. Errors are a
-stream of their own: a record that cannot be decoded, validated or applied goes to the
-dead-letter topic with its reason and the stream goes on.
+``project`` is the whole of what happens to a batch of records (each tenant's run planned in log
+order and committed once), shared by the live agent and by replay through
+``handle_batch_with_retries``, so a replayed store is built by exactly the code that built the
+live one; ``handle_record`` is a batch of one. Errors are a stream of their own: a record that
+cannot be decoded, validated or applied goes to the dead-letter topic with its reason and the
+stream goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import faust
 from aiokafka.errors import MessageSizeTooLargeError
 
 from engram.settings import Settings
-from projections.plan import no_facts
+from projections.batch import Overlay, Step, plan_batch
 from projections.progress import Progress
 from projections.stores import StoreLocked, TenantStores
-from projections.tenant_graph import Outcome, Status
-from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from projections.tenant_graph import Outcome, Planned, Status
+from projections.validation import PLAN_ERRORS, rejection_reason
 from schemas import payloads as ev
 from schemas import sealing
 from schemas import vocabulary as v
@@ -37,7 +40,8 @@ from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count, partition_for
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
-DeadLetterSink = Callable[[bytes | None, bytes | None, Headers, str], Awaitable[None]]
+# a refused record (its headers without the unreadable mark) and the reason
+DeadLetterSink = Callable[["Record", str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,24 @@ class Result:
     memory_ids: tuple[str, ...] = ()  # memories whose searchable text or vector the event changed
 
 
+# how long a record waits for others to join its batch: short, so a lone write is not held up
+BATCH_WITHIN_S = 0.002
+
+
+def as_record(message: object) -> Record:
+    """A Faust message as the projector's ``Record``."""
+    msg: Any = message
+    headers = msg.headers or []
+    if isinstance(headers, dict):
+        headers = headers.items()
+    return Record(
+        msg.key,
+        msg.value,
+        list(headers),
+        Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000)),
+    )
+
+
 def reindexes(event: Event) -> str | None:
     """The memory whose searchable text or vector ``event`` changes, if any."""
     p = event.payload
@@ -72,10 +94,58 @@ def record_tenant(key: bytes | None) -> str | None:
     return tenant if v.full_match(v.TENANT_RE, tenant) else None
 
 
-async def handle_record(
-    record: Record, stores: TenantStores, dead_letter: DeadLetterSink, *, partitions: int
-) -> Result:
-    """Decode, validate and apply one record; dead-letter it with a reason if any step refuses.
+@dataclass(frozen=True)
+class _Screened:
+    """A record after the checks that need no store: a step of its tenant's run, or refused with
+    no tenant (a key that is not a tenant id, a record off its tenant's partition)."""
+
+    tenant: str | None
+    step: Step | None = None
+    refusal: str | None = None
+
+
+def _screen(record: Record, stores: TenantStores, partitions: int) -> _Screened:
+    tenant = record_tenant(record.key)
+    home = tenant is not None and record.position.partition == partition_for(tenant, partitions)
+    if (unreadable := fetch_guard.unreadable_reason(record.headers)) is not None:
+        return (
+            _Screened(tenant, Step(record.position, refusal=unreadable))
+            if home
+            else _Screened(tenant, refusal=unreadable)
+        )
+    if tenant is None:
+        return _Screened(None, refusal=f"record key is not a tenant id: {record.key!r:.100}")
+    if not home:
+        return _Screened(
+            tenant,
+            refusal=f"record of tenant {tenant!r} is on partition {record.position.partition}, not on "
+            f"{partition_for(tenant, partitions)}, the one its key hashes to (its replay reads only that)",
+        )
+    try:
+        event = open_event(codec.decode(record.value or b""), stores.keys)
+        if event.tenant != tenant:
+            raise InvalidEvent(f"event tenant {event.tenant!r:.100} differs from record key {tenant!r}")
+        validate(event)
+    except (codec.UndecodableEvent, *PLAN_ERRORS) as exc:
+        return _Screened(tenant, Step(record.position, refusal=rejection_reason(exc)))
+    return _Screened(tenant, Step(record.position, event))
+
+
+async def project(
+    records: Sequence[Record],
+    results: list[Result | None],
+    stores: TenantStores,
+    dead_letter: DeadLetterSink,
+    *,
+    partitions: int,
+) -> None:
+    """Decode, validate and apply the records whose ``results`` entry is None, filling it in.
+
+    Each tenant's records form one run, planned in log order against the facts the records before
+    them leave and committed as one net delta with the tenant's new checkpoint (then one rule
+    update): a run is all or nothing, so a failure part-way leaves the results of the tenants
+    already committed and nothing of the rest. A record refused (dead-lettered with its reason)
+    moves its tenant's checkpoint like any other.
 
     Every refusal here is deterministic (the same bytes against the same facts), so replay,
     which runs this same function, refuses the same records. A refused record never creates a
@@ -84,52 +154,98 @@ async def handle_record(
     its replay reads, so a record anywhere else is refused live too (and leaves the tenant's
     checkpoint, which is a position on its own partition, alone).
     """
-    tenant = record_tenant(record.key)
-    home = tenant is not None and record.position.partition == partition_for(tenant, partitions)
-    graph = stores.get(tenant) if home and tenant is not None else None
-    if graph is not None and graph.already_applied(record.position):
-        return Result(tenant, Outcome(Status.SKIPPED))
+    # a record refused with no store to remember it is dead-lettered once: the marks of earlier
+    # batches say which were (before a crash); this batch's own refusals may come in any order
+    marks = {p: stores.refused_mark(p) for p in {r.position.partition for r in records}}
 
-    headers = [(k, val) for k, val in record.headers if k != fetch_guard.UNREADABLE]
-
-    async def refuse(reason: str) -> Result:
-        if graph is not None:
-            await dead_letter(record.key, record.value, headers, reason)
-            graph.reject(record.position)
-        elif not stores.refused_before(record.position):  # not dead-lettered before a crash
-            await dead_letter(record.key, record.value, headers, reason)
+    async def refuse_storeless(i: int, tenant: str | None, reason: str) -> None:
+        record = records[i]
+        if record.position.offset > marks[record.position.partition]:
+            await dead_letter(_kept_headers(record), reason)
             stores.note_refused(record.position)
-        return Result(tenant, Outcome(Status.REJECTED, reason))
+        results[i] = Result(tenant, Outcome(Status.REJECTED, reason))
 
-    if (unreadable := fetch_guard.unreadable_reason(record.headers)) is not None:
-        return await refuse(unreadable)
-    if tenant is None:
-        return await refuse(f"record key is not a tenant id: {record.key!r:.100}")
-    if not home:
-        return await refuse(
-            f"record of tenant {tenant!r} is on partition {record.position.partition}, not on "
-            f"{partition_for(tenant, partitions)}, the one its key hashes to (its replay reads only that)"
-        )
-    try:
-        event = open_event(codec.decode(record.value or b""), stores.keys)
-        if event.tenant != tenant:
-            raise InvalidEvent(f"event tenant {event.tenant!r:.100} differs from record key {tenant!r}")
-        validate(event)
-        if graph is None:  # a tenant's first event: only one that applies creates the store
-            checked_plan(stores.knowledge, event, record.position, no_facts())
-    except (codec.UndecodableEvent, *PLAN_ERRORS) as exc:
-        return await refuse(rejection_reason(exc))
+    runs: dict[str, list[tuple[int, Step]]] = {}
+    for i, record in enumerate(records):
+        if results[i] is not None:
+            continue
+        tenant = record_tenant(record.key)
+        graph = stores.get(tenant) if tenant is not None else None
+        if graph is not None and graph.already_applied(record.position):
+            results[i] = Result(tenant, Outcome(Status.SKIPPED))
+            continue
+        screened = _screen(record, stores, partitions)
+        if screened.step is None:
+            await refuse_storeless(i, screened.tenant, screened.refusal or "refused")
+        else:
+            assert screened.tenant is not None
+            runs.setdefault(screened.tenant, []).append((i, screened.step))
+    for tenant, run in runs.items():
+        await _apply_run(tenant, run, records, results, stores, dead_letter, refuse_storeless)
 
-    graph = graph or stores.get(tenant, create=True)
-    assert graph is not None
-    erase = None
-    if isinstance(forgotten := event.payload, ev.MemoryForgotten) and (keys := stores.keys) is not None:
-        erase = functools.partial(keys.destroy, tenant, sealing.key_id(forgotten.memory_id))
-    outcome = graph.apply(event, record.position, before_commit=erase)
-    if outcome.status is Status.REJECTED:
-        await dead_letter(record.key, record.value, headers, outcome.reason or "rejected")
-    touched = reindexes(event) if outcome.status is Status.APPLIED else None
-    return Result(tenant, outcome, (touched,) if touched else ())
+
+def _kept_headers(record: Record) -> Record:
+    """The record as it is dead-lettered: without the mark the fetch guard put on it."""
+    kept = [(k, val) for k, val in record.headers if k != fetch_guard.UNREADABLE]
+    return dataclasses.replace(record, headers=kept)
+
+
+async def _apply_run(
+    tenant: str,
+    run: list[tuple[int, Step]],
+    records: Sequence[Record],
+    results: list[Result | None],
+    stores: TenantStores,
+    dead_letter: DeadLetterSink,
+    refuse_storeless: Callable[[int, str | None, str], Awaitable[None]],
+) -> None:
+    """One tenant's run: planned, its refusals dead-lettered, forgotten keys destroyed, committed."""
+    steps = [step for _, step in run]
+    graph = stores.get(tenant)
+    if graph is not None:
+        planned = graph.plan(steps)
+    else:  # a tenant's first events: only one that applies creates the store
+        overlay = Overlay(None)
+        outcomes = plan_batch(stores.knowledge, overlay, steps)
+        first = next((n for n, o in enumerate(outcomes) if o.status is Status.APPLIED), len(steps))
+        for (i, _), outcome in zip(run[:first], outcomes, strict=False):
+            await refuse_storeless(i, tenant, outcome.reason or "refused")
+        run, steps, outcomes = run[first:], steps[first:], outcomes[first:]
+        if not run:
+            return
+        graph = stores.get(tenant, create=True)
+        assert graph is not None
+        planned = Planned(outcomes, overlay.net(), steps[-1].position, len(steps))
+
+    for (i, _), outcome in zip(run, planned.outcomes, strict=True):
+        if outcome.status is Status.REJECTED:
+            await dead_letter(_kept_headers(records[i]), outcome.reason or "rejected")
+    for step, outcome in zip(steps, planned.outcomes, strict=True):
+        forgotten = step.event.payload if step.event is not None else None
+        if outcome.status is Status.APPLIED and isinstance(forgotten, ev.MemoryForgotten) and stores.keys:
+            # before the commit: a crash between the two applies the forget again, never skips it
+            stores.keys.destroy(tenant, sealing.key_id(forgotten.memory_id))
+    graph.commit_planned(planned)
+    for (i, step), outcome in zip(run, planned.outcomes, strict=True):
+        applied = outcome.status is Status.APPLIED and step.event is not None
+        touched = reindexes(step.event) if applied and step.event is not None else None
+        results[i] = Result(tenant, outcome, (touched,) if touched else ())
+
+
+async def handle_records(
+    records: Sequence[Record], stores: TenantStores, dead_letter: DeadLetterSink, *, partitions: int
+) -> list[Result]:
+    """``project`` over every record: one result per record, in their order."""
+    results: list[Result | None] = [None] * len(records)
+    await project(records, results, stores, dead_letter, partitions=partitions)
+    return [r for r in results if r is not None]
+
+
+async def handle_record(
+    record: Record, stores: TenantStores, dead_letter: DeadLetterSink, *, partitions: int
+) -> Result:
+    """One record, as a batch of one."""
+    return (await handle_records([record], stores, dead_letter, partitions=partitions))[0]
 
 
 MAX_ATTEMPTS = 5
@@ -168,12 +284,40 @@ async def handle_with_retries(
                 continue
             log.exception("projection failed at %d:%d; dead-lettering", pos.partition, pos.offset)
             reason = f"projection error after {attempt} attempts: {type(exc).__name__}: {exc}"
-            await sink(record.key, record.value, record.headers, reason)
+            await sink(_kept_headers(record), reason)
             tenant = record_tenant(record.key)
             with contextlib.suppress(Exception):
                 if tenant is not None and (graph := stores.get(tenant)) is not None:
                     graph.reject(pos)
             return Result(None, Outcome(Status.REJECTED, reason))
+
+
+async def handle_batch_with_retries(
+    records: Sequence[Record], stores: TenantStores, sink: DeadLetterSink, *, partitions: int
+) -> list[Result]:
+    """``project`` over a batch, retried as ``handle_with_retries`` retries one record: a store
+    another process holds is waited for; any other error is retried with backoff, each retry only
+    over the tenants not yet committed, and after the last attempt the rest go one record at a
+    time, so only a record that fails on its own is dead-lettered."""
+    results: list[Result | None] = [None] * len(records)
+    attempt = 0
+    while len(records) > 1 and attempt < MAX_ATTEMPTS and None in results:
+        attempt += 1
+        try:
+            await project(records, results, stores, sink, partitions=partitions)
+        except StoreLocked as exc:
+            attempt = 0
+            log.error("%s; a batch of %d records waits for it", exc, len(records))
+            await asyncio.sleep(LOCKED_RETRY_S)
+        except Exception as exc:
+            log.warning(
+                "projecting a batch of %d failed (attempt %d): %s; retrying", len(records), attempt, exc
+            )
+            await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+    for i, record in enumerate(records):
+        if results[i] is None:
+            results[i] = await handle_with_retries(record, stores, sink, partitions=partitions)
+    return [r for r in results if r is not None]
 
 
 DROPPED_HEADER = "dead-letter-dropped"
@@ -246,25 +390,19 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
     @app.agent(events, name="project_tenant_events")
     async def project_tenant_events(stream: faust.StreamT) -> None:
         partitions = await partition_count(settings, settings.events_topic)
-        async for item in stream.events():
-            msg = item.message
-            position = Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000))
-            raw_headers = msg.headers or []
-            if isinstance(raw_headers, dict):
-                raw_headers = raw_headers.items()
-            record = Record(msg.key, msg.value, list(raw_headers), position)
+        # what is available, up to a batch: a lone write waits at most BATCH_WITHIN_S for company
 
-            async def sink(
-                key: bytes | None,
-                value: bytes | None,
-                headers: Headers,
-                reason: str,
-                _pos: Position = position,
-            ) -> None:
-                await send_dead_letter(key, value, headers, reason, origin=_pos)
+        async def sink(record: Record, reason: str) -> None:
+            await send_dead_letter(record.key, record.value, record.headers, reason, origin=record.position)
 
-            result = await handle_with_retries(record, stores, sink, partitions=partitions)
-            progress.record(result.tenant, position.partition, position.offset, result.outcome)
-            indexer.submit(result.tenant, position, result.outcome, result.memory_ids)
+        async for items in stream.take_events(settings.projector_batch_max, within=BATCH_WITHIN_S):
+            records = [as_record(item.message) for item in items]
+            progress.batch(len(records))
+            results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
+            for record, result in zip(records, results, strict=True):
+                progress.record(
+                    result.tenant, record.position.partition, record.position.offset, result.outcome
+                )
+                indexer.submit(result.tenant, record.position, result.outcome, result.memory_ids)
 
     return app

@@ -1,6 +1,6 @@
 """Rebuild a tenant's projection from the log: for audit, AS OF, and to check a live store.
 
-Replay feeds the tenant's records, from offset zero, through the same ``handle_with_retries``
+Replay feeds the tenant's records, from offset zero, through the same ``handle_batch_with_retries``
 the live agent uses, into a store of its own, so it refuses exactly the records the live
 projector refused (for the same reasons) and never stops at one; nothing is dead-lettered again.
 """
@@ -21,7 +21,7 @@ from schemas import vocabulary as v
 from schemas.events import Position
 from streams import fetch_guard
 from streams.keystore import KeyStore, ReadOnlyKeys
-from streams.projector import Headers, Record, handle_with_retries
+from streams.projector import Record, handle_batch_with_retries
 from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)
@@ -58,24 +58,22 @@ async def replay_tenant(
         def result() -> TenantGraph | None:
             return stores.get(tenant)  # None: no event of the tenant applied, as live
 
-        async def no_dead_letters(_k: bytes | None, _v: bytes | None, _h: Headers, _r: str) -> None:
+        async def no_dead_letters(_record: Record, _reason: str) -> None:
             return None
 
         while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
-            for msg in batch.get(tp, []):
-                if msg.offset >= end or (as_of_ms is not None and msg.timestamp > as_of_ms):
-                    return result()
-                if msg.key != key:
-                    continue
-                pos = Position(msg.partition, msg.offset, msg.timestamp)
-                await handle_with_retries(
-                    Record(msg.key, msg.value, list(msg.headers), pos),
-                    stores,
-                    no_dead_letters,
-                    partitions=partitions,
-                )
-                seen += 1
+            fetched = (await consumer.getmany(tp, timeout_ms=1000, max_records=2000)).get(tp, [])
+            done = any(m.offset >= end or (as_of_ms is not None and m.timestamp > as_of_ms) for m in fetched)
+            records = [
+                Record(m.key, m.value, list(m.headers), Position(m.partition, m.offset, m.timestamp))
+                for m in fetched
+                if m.key == key and m.offset < end and (as_of_ms is None or m.timestamp <= as_of_ms)
+            ]
+            # the same batches as live: a tenant's run planned together, committed once
+            await handle_batch_with_retries(records, stores, no_dead_letters, partitions=partitions)
+            seen += len(records)
+            if done:
+                return result()
             log.info(
                 "replay %s: %d events, offset %d/%d, %.1fs",
                 tenant,

@@ -26,6 +26,7 @@ async def readyz(runtime: CurrentRuntime) -> JSONResponse:
             ready=False,
             broker=False,
             handled=dict(runtime.progress.counts),
+            batches=runtime.progress.batch_sizes(),
             reason=f"broker unreachable: {exc}",
         )
         return JSONResponse(body.model_dump(), status_code=503)
@@ -35,6 +36,7 @@ async def readyz(runtime: CurrentRuntime) -> JSONResponse:
         broker=True,
         lag={p: n for p, n in lag.items() if n},
         handled=dict(runtime.progress.counts),
+        batches=runtime.progress.batch_sizes(),
         reason=None if behind == 0 else f"projector is {behind} events behind",
     )
     return JSONResponse(body.model_dump(), status_code=200 if behind == 0 else 503)

@@ -121,6 +121,9 @@ class _Stratum:
     # by the predicate IRI of the atom; None for an atom whose predicate is a variable
     triggers: dict[str | None, list[_Trigger]] = field(default_factory=dict)
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
+    _by_kinds: dict[tuple[TriggerKind, ...], dict[str | None, tuple[_Trigger, ...]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @property
     def aggregate_only(self) -> bool:
@@ -133,16 +136,40 @@ class _Stratum:
         atoms = [atom for rule in self.rules for atom, _ in body_atoms(rule)]
         return any(unifiable(head, atom) for _, head in self.heads for atom in atoms)
 
-    def matches(self, fact: Fact, kinds: tuple[TriggerKind, ...]) -> Iterator[tuple[_Trigger, Binding]]:
-        for predicate in (fact.predicate.value, None):
-            for trigger in self.triggers.get(predicate, ()):
-                if trigger.kind in kinds and (seed := unify(trigger.atom, fact)) is not None:
-                    yield trigger, seed
+    def by_predicate(self, kinds: tuple[TriggerKind, ...]) -> dict[str | None, tuple[_Trigger, ...]]:
+        """The triggers of these kinds by predicate, each also holding those whose predicate is a
+        variable (under None alone when no atom names the predicate), made once per stratum."""
+        found = self._by_kinds.get(kinds)
+        if found is None:
+            anywhere = tuple(t for t in self.triggers.get(None, ()) if t.kind in kinds)
+            found = {
+                predicate: (*(t for t in triggers if t.kind in kinds), *anywhere)
+                for predicate, triggers in self.triggers.items()
+                if predicate is not None
+            }
+            found[None] = anywhere
+            self._by_kinds[kinds] = found
+        return found
+
+    def matches(self, fact: Fact, kinds: tuple[TriggerKind, ...]) -> list[tuple[_Trigger, Binding]]:
+        return self.matches_all([fact], kinds)
+
+    def matches_all(
+        self, facts: Iterable[Fact], kinds: tuple[TriggerKind, ...]
+    ) -> list[tuple[_Trigger, Binding]]:
+        """Every (trigger, seed) the facts fire; a fact no atom of this stratum reads costs one lookup."""
+        index = self.by_predicate(kinds)
+        anywhere = index[None]
+        out = []
+        for fact in facts:
+            for trigger in index.get(fact.predicate.value, anywhere):
+                if (seed := unify(trigger.atom, fact)) is not None:
+                    out.append((trigger, seed))
+        return out
 
     def triggered(self, *, positive: list[Fact], negative: list[Fact]) -> list[tuple[_Trigger, Binding]]:
         """Triggers fired by facts read positively, and by facts read under NOT; both fire aggregates."""
-        pending = [match for fact in positive for match in self.matches(fact, READ_AS_IS)]
-        return pending + [match for fact in negative for match in self.matches(fact, READ_UNDER_NOT)]
+        return self.matches_all(positive, READ_AS_IS) + self.matches_all(negative, READ_UNDER_NOT)
 
     def produces(self, fact: Fact) -> bool:
         return any(unify(head, fact) is not None for _, head in self.heads)
@@ -226,7 +253,11 @@ class RuleEngine:
 
     @staticmethod
     def _in(store: Store, fact: Fact, graphs: Iterable[NamedNode]) -> bool:
-        return any(Quad(fact.subject, fact.predicate, fact.object, graph) in store for graph in graphs)
+        """Whether ``fact`` holds in one of ``graphs``: one scan of the fact's quads, whatever graph."""
+        wanted = graphs if isinstance(graphs, frozenset) else frozenset(graphs)
+        return any(
+            q.graph_name in wanted for q in store.quads_for_pattern(fact.subject, fact.predicate, fact.object)
+        )
 
     def _heads(
         self,
@@ -468,16 +499,16 @@ class RuleEngine:
     ) -> None:
         # what gained a fact it reads positively, or lost one it reads under NOT, may gain a head
         pending = stratum.triggered(positive=gained, negative=lost)
-        while pending:
-            batches, pending = self._by_trigger(pending), []
+        while pending:  # semi-naive rounds: what one round derives seeds the next, written at once
+            batches, new = self._by_trigger(pending), {}
             for trigger, seeds in batches.values():
-                for fact in list(self._derived(store, graphs, trigger, seeds, stats)):
-                    if self._in(store, fact, graphs.current):
-                        continue
-                    store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
-                    gained.append(fact)
-                    stats.added += 1
-                    pending += stratum.matches(fact, READ_AS_IS)
+                for fact in self._derived(store, graphs, trigger, seeds, stats):
+                    if fact not in new and not self._in(store, fact, graphs.current):
+                        new[fact] = None
+            store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in new)
+            gained += new
+            stats.added += len(new)
+            pending = stratum.matches_all(new, READ_AS_IS)
 
     def _derived(
         self, store: Store, graphs: Graphs, trigger: _Trigger, seeds: list[Binding], stats: UpdateStats

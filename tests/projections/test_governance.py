@@ -177,7 +177,7 @@ def test_the_projector_dead_letters_what_its_actor_may_not_do(tmp_path: Path) ->
     stores = TenantStores(tmp_path)
     letters: list[str] = []
 
-    async def sink(_key: Any, _value: Any, _headers: Any, reason: str) -> None:
+    async def sink(_record: Any, reason: str) -> None:
         letters.append(reason)
 
     etl, sam = {"id": "etl", "role": "pipeline"}, {"id": "sam", "role": "user"}

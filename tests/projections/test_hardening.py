@@ -223,7 +223,7 @@ def handle(
 ) -> tuple[projector.Result, list[str]]:
     letters: list[str] = []
 
-    async def sink(_k: Any, _v: Any, _h: Any, reason: str) -> None:
+    async def sink(_record: Any, reason: str) -> None:
         letters.append(reason)
 
     rec = projector.Record(key, value, [], Position(0, offset, 1_764_547_200_000))
@@ -281,7 +281,7 @@ def test_a_record_off_its_tenants_partition_is_refused_and_leaves_the_checkpoint
     good = codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))
     letters: list[str] = []
 
-    async def sink(_k: Any, _v: Any, _h: Any, reason: str) -> None:
+    async def sink(_record: Any, reason: str) -> None:
         letters.append(reason)
 
     def at(partition: int, offset: int) -> projector.Result:

@@ -46,7 +46,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 def run(stores: TenantStores, rec: projector.Record) -> tuple[projector.Result, list[str]]:
     letters: list[str] = []
 
-    async def sink(_k: Any, _v: Any, _h: Any, reason: str) -> None:
+    async def sink(_record: Any, reason: str) -> None:
         letters.append(reason)
 
     return asyncio.run(projector.handle_with_retries(rec, stores, sink, partitions=1)), letters
