@@ -192,7 +192,11 @@ def main() -> None:
     base = load_settings()
     kafka_local.start(base)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = isolated_settings(base, Path(tmp) / "data", partitions=12)
+        # a write behind the backlog waits for the backlog ahead of it on its partition: the probes
+        # during the drain may wait longer than the tests' 30 s
+        settings = isolated_settings(base, Path(tmp) / "data", partitions=12).model_copy(
+            update={"wait_timeout_s": 600.0}
+        )
         asyncio.run(ensure_topics(settings))
         server = Server(settings, Path(tmp) / "server.log").start()
         server.wait_ready()

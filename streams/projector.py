@@ -35,6 +35,7 @@ from schemas.events import Event, Position, validate
 from streams import codec, fetch_guard
 from streams.indexer import Indexer
 from streams.keystore import open_event
+from streams.take import take_available
 from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count, partition_for
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,10 @@ class Result:
     memory_ids: tuple[str, ...] = ()  # memories whose searchable text or vector the event changed
 
 
-# how long a record waits for others to join its batch: short, so a lone write is not held up
-BATCH_WITHIN_S = 0.002
+# a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
+# BATCH_WITHIN_S after its first record (a backlog is taken in batches of up to the maximum)
+BATCH_IDLE_S = 0.001
+BATCH_WITHIN_S = 0.2
 
 
 def as_record(message: object) -> Record:
@@ -390,12 +393,15 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
     @app.agent(events, name="project_tenant_events")
     async def project_tenant_events(stream: faust.StreamT) -> None:
         partitions = await partition_count(settings, settings.events_topic)
-        # what is available, up to a batch: a lone write waits at most BATCH_WITHIN_S for company
+        # what is available, up to a batch: a lone write waits BATCH_IDLE_S for company
 
         async def sink(record: Record, reason: str) -> None:
             await send_dead_letter(record.key, record.value, record.headers, reason, origin=record.position)
 
-        async for items in stream.take_events(settings.projector_batch_max, within=BATCH_WITHIN_S):
+        batches = take_available(
+            stream, settings.projector_batch_max, idle_s=BATCH_IDLE_S, within_s=BATCH_WITHIN_S
+        )
+        async for items in batches:
             records = [as_record(item.message) for item in items]
             progress.batch(len(records))
             results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
