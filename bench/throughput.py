@@ -33,7 +33,7 @@ import httpx
 from aiokafka import AIOKafkaConsumer
 
 from engram.harness import Server, isolated_settings
-from engram.settings import load_settings
+from engram.settings import Settings, load_settings
 from projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
 from projections.stores import TenantStores
 from schemas.events import Position, event_from_json
@@ -179,6 +179,28 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def worker_rules_off(base: Settings, root: Path, raw: list[dict]) -> dict[str, Any]:
+    """The same workload through a worker whose rule set is empty: the Faust path without rules."""
+    (root / "no-rules").mkdir(parents=True, exist_ok=True)
+    (root / "no-rules" / "none.dlog").write_text("# the rules off: no rule at all\n")
+    settings = isolated_settings(base, root / "data", partitions=12).model_copy(
+        update={"rules_dir": root / "no-rules"}
+    )
+    asyncio.run(ensure_topics(settings))
+    server = Server(settings, root / "server.log").start()
+    try:
+        server.wait_ready()
+        keys = KeyStore(settings.key_store_dir)
+        events = [seal_event(event_from_json(e), keys) for e in raw]
+        began = time.monotonic()
+        asyncio.run(produce_all(settings, events))
+        server.wait_ready(timeout=600, interval=0.5)
+        return {"events_per_second": round(len(events) / (time.monotonic() - began), 1),
+                "batch_sizes": server.readyz().get("batches", {})}  # fmt: skip
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=10_000)
@@ -192,6 +214,7 @@ def main() -> None:
     base = load_settings()
     kafka_local.start(base)
     with tempfile.TemporaryDirectory() as tmp:
+        rules_off = worker_rules_off(base, Path(tmp) / "rules-off", workload(args.events, args.tenants))
         # a write behind the backlog waits for the backlog ahead of it on its partition: the probes
         # during the drain may wait longer than the tests' 30 s
         settings = isolated_settings(base, Path(tmp) / "data", partitions=12).model_copy(
@@ -249,9 +272,11 @@ def main() -> None:
                 "events_per_second_applied": round((args.events + probes) / applied_s, 1),
                 "handled": ready["handled"],
                 "worker_batch_sizes": ready.get("batches", {}),
+                "worker_batch_sizes_rules_off": rules_off["batch_sizes"],
                 "side_by_side_events_per_second": {
                     "consume_and_decode": round(len(records) / consume_s, 1),
                     **rates,
+                    "full_worker_through_faust_rules_off": rules_off["events_per_second"],
                     "full_worker_through_faust_rules_on": round((args.events + probes) / applied_s, 1),
                 },
                 "write_to_readable_ms_while_the_backlog_drains": summary(prober.latencies),

@@ -57,6 +57,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_API_PORT": str(settings.api_port),
         "ENGRAM_WAIT_TIMEOUT_S": str(settings.wait_timeout_s),
         "ENGRAM_CACHE_DIR": str(settings.cache_dir),
+        "ENGRAM_ONTOLOGY_DIR": str(settings.ontology_dir),
+        "ENGRAM_RULES_DIR": str(settings.rules_dir),
         "ENGRAM_LOG_LEVEL": settings.log_level,
         "ENGRAM_RATE_LIMIT_PER_S": str(settings.rate_limit_per_s),
         "ENGRAM_RATE_LIMIT_BURST": str(settings.rate_limit_burst),

@@ -405,6 +405,35 @@ class RuleEngine:
             grouped.setdefault(id(trigger), (trigger, []))[1].append(seed)
         return grouped
 
+    @staticmethod
+    def _by_rule(
+        matches: Iterable[tuple[_Trigger, Binding]],
+    ) -> dict[tuple[int, str | None], tuple[_Trigger, list[Binding]]]:
+        """For insertion: a rule's seeds cut to the subject of the atom each fired, one query per
+        rule and subject variable (an aggregate's seeds stay per trigger).
+
+        An insertion query evaluates the whole body from its seeds, so a seed cut down to one of its
+        variables finds every derivation the whole seed finds (and maybe more, each of them valid),
+        and the atoms of a rule that share a subject (a memory's key, scope, holder and state, say)
+        are asked once instead of once each.
+        """
+        grouped: dict[tuple[int, str | None], tuple[_Trigger, list[Binding]]] = {}
+        for trigger, seed in matches:
+            if trigger.kind is TriggerKind.NEGATED:
+                seed = {var: value for var, value in seed.items() if var not in trigger.local_vars}
+            subject = trigger.atom.s
+            if (
+                trigger.kind is not TriggerKind.AGGREGATE
+                and isinstance(subject, Var)
+                and subject.name in seed
+            ):
+                key: tuple[int, str | None] = (id(trigger.rule), subject.name)
+                seed = {subject.name: seed[subject.name]}
+            else:
+                key = (id(trigger), None)
+            grouped.setdefault(key, (trigger, []))[1].append(seed)
+        return grouped
+
     def _overdelete(
         self,
         store: Store,
@@ -500,7 +529,7 @@ class RuleEngine:
         # what gained a fact it reads positively, or lost one it reads under NOT, may gain a head
         pending = stratum.triggered(positive=gained, negative=lost)
         while pending:  # semi-naive rounds: what one round derives seeds the next, written at once
-            batches, new = self._by_trigger(pending), {}
+            batches, new = self._by_rule(pending), {}
             for trigger, seeds in batches.values():
                 for fact in self._derived(store, graphs, trigger, seeds, stats):
                     if fact not in new and not self._in(store, fact, graphs.current):
