@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
     projector_batch_max: int = Field(
-        500,
+        2000,
         ge=1,
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
     )

@@ -65,7 +65,7 @@ class Result:
 # a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
 # BATCH_WITHIN_S after its first record (a backlog is taken in batches of up to the maximum)
 BATCH_IDLE_S = 0.001
-BATCH_WITHIN_S = 0.2
+BATCH_WITHIN_S = 0.5
 
 
 def as_record(message: object) -> Record:

@@ -415,7 +415,8 @@ class RuleEngine:
         An insertion query evaluates the whole body from its seeds, so a seed cut down to one of its
         variables finds every derivation the whole seed finds (and maybe more, each of them valid),
         and the atoms of a rule that share a subject (a memory's key, scope, holder and state, say)
-        are asked once instead of once each.
+        are asked once instead of once each. Over-deletion cannot do this: its queries leave the
+        firing atom out, so the seed is what binds that atom's variables in the head.
         """
         grouped: dict[tuple[int, str | None], tuple[_Trigger, list[Binding]]] = {}
         for trigger, seed in matches:
