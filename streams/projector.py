@@ -216,8 +216,6 @@ async def _apply_run(
         run, steps, outcomes = run[first:], steps[first:], outcomes[first:]
         if not run:
             return
-        graph = stores.get(tenant, create=True)
-        assert graph is not None
         planned = Planned(outcomes, overlay.net(), steps[-1].position, len(steps))
 
     for (i, _), outcome in zip(run, planned.outcomes, strict=True):
@@ -228,6 +226,8 @@ async def _apply_run(
         if outcome.status is Status.APPLIED and isinstance(forgotten, ev.MemoryForgotten) and stores.keys:
             # before the commit: a crash between the two applies the forget again, never skips it
             stores.keys.destroy(tenant, sealing.key_id(forgotten.memory_id))
+    graph = graph or stores.get(tenant, create=True)  # a new tenant's store: made to commit into
+    assert graph is not None
     graph.commit_planned(planned)
     for (i, step), outcome in zip(run, planned.outcomes, strict=True):
         applied = outcome.status is Status.APPLIED and step.event is not None

