@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pyoxigraph import Literal, NamedNode, Quad, Store
 
 from projections.knowledge import Knowledge
-from projections.plan import Delta
-from projections.terms import ASSERTED, META, VECTORS, Term, e, event_iri
+from projections.plan import Delta, QuadReads
+from projections.terms import META, e, event_iri
 from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
 from schemas.checks import Conflict
 from schemas.events import Event, Position, content_digest
@@ -49,7 +49,7 @@ class Step:
     refusal: str | None = None
 
 
-class Overlay:
+class Overlay(QuadReads):
     """What a planner reads: the store's quads with a batch's uncommitted adds and removes on top.
 
     ``net()`` is the delta against the store as it was: a quad added then removed (or removed then
@@ -91,16 +91,6 @@ class Overlay:
             if predicate is None or q.predicate == predicate:
                 found.append(q)
         return found
-
-    # -- GraphState ---------------------------------------------------------------------------
-    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
-        return [q.object for q in self._match(subject, predicate, ASSERTED)]  # type: ignore[misc]
-
-    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
-        return [(q.predicate, q.object) for q in self._match(subject, None, ASSERTED)]  # type: ignore[misc]
-
-    def vectors(self, subject: NamedNode) -> list[Term]:
-        return [q.object for q in self._match(subject, e("embedding"), VECTORS)]  # type: ignore[misc]
 
     def applied_digest(self, event_id: str) -> str | None:
         found = self._match(event_iri(event_id), e("digest"), META)

@@ -55,7 +55,23 @@ class Delta:
     adds: tuple[Quad, ...] = ()
 
 
-class FactSet:
+class QuadReads:
+    """``GraphState``'s reads over ``_match``: the one place that says which graph each read looks in."""
+
+    def _match(self, subject: NamedNode, predicate: NamedNode | None, graph: NamedNode) -> list[Quad]:
+        raise NotImplementedError
+
+    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
+        return [q.object for q in self._match(subject, predicate, ASSERTED)]  # type: ignore[misc]
+
+    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
+        return [(q.predicate, q.object) for q in self._match(subject, None, ASSERTED)]  # type: ignore[misc]
+
+    def vectors(self, subject: NamedNode) -> list[Term]:
+        return [q.object for q in self._match(subject, e("embedding"), VECTORS)]  # type: ignore[misc]
+
+
+class FactSet(QuadReads):
     """Asserted facts and vectors held in memory: the state before a tenant's first event (what a
     write is checked against at the edge), and the reference the store's state is tested against."""
 
@@ -73,15 +89,6 @@ class FactSet:
             for q in self._quads
             if q.subject == subject and q.graph_name == graph and predicate in (None, q.predicate)
         ]
-
-    def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
-        return [q.object for q in self._match(subject, predicate, ASSERTED)]  # type: ignore[misc]
-
-    def facts(self, subject: NamedNode) -> list[tuple[NamedNode, Term]]:
-        return [(q.predicate, q.object) for q in self._match(subject, None, ASSERTED)]  # type: ignore[misc]
-
-    def vectors(self, subject: NamedNode) -> list[Term]:
-        return [q.object for q in self._match(subject, e("embedding"), VECTORS)]  # type: ignore[misc]
 
 
 def no_facts() -> FactSet:

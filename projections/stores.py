@@ -165,10 +165,6 @@ class TenantStores:
         mark = self._refused_mark(partition)
         return int(mark.read_text() or -1) if mark.is_file() else -1
 
-    def refused_before(self, position: Position) -> bool:
-        """Whether a record at ``position`` with no store to record it was already refused."""
-        return position.offset <= self.refused_mark(position.partition)
-
     def note_refused(self, position: Position) -> None:
         if position.offset <= self.refused_mark(position.partition):
             return  # the mark only moves forward

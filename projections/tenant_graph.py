@@ -180,11 +180,10 @@ class TenantGraph:
         """Decide a run of this tenant's records in log order, each against the facts the ones
         before it leave (nothing is written); steps at or below the checkpoint are skipped."""
         overlay = Overlay(self.store)
-        todo = [s for s in steps if not self.already_applied(s.position)]
+        done = [self.already_applied(s.position) for s in steps]
+        todo = [s for s, skip in zip(steps, done, strict=True) if not skip]
         decided = iter(plan_batch(self.knowledge, overlay, todo))
-        outcomes = [
-            Outcome(Status.SKIPPED) if self.already_applied(s.position) else next(decided) for s in steps
-        ]
+        outcomes = [Outcome(Status.SKIPPED) if skip else next(decided) for skip in done]
         return Planned(outcomes, overlay.net(), todo[-1].position if todo else None, len(todo))
 
     def apply(

@@ -230,8 +230,9 @@ async def _apply_run(
     assert graph is not None
     graph.commit_planned(planned)
     for (i, step), outcome in zip(run, planned.outcomes, strict=True):
-        applied = outcome.status is Status.APPLIED and step.event is not None
-        touched = reindexes(step.event) if applied and step.event is not None else None
+        touched = None
+        if outcome.status is Status.APPLIED and step.event is not None:
+            touched = reindexes(step.event)
         results[i] = Result(tenant, outcome, (touched,) if touched else ())
 
 

@@ -254,7 +254,7 @@ class RuleEngine:
     @staticmethod
     def _in(store: Store, fact: Fact, graphs: Iterable[NamedNode]) -> bool:
         """Whether ``fact`` holds in one of ``graphs``: one scan of the fact's quads, whatever graph."""
-        wanted = graphs if isinstance(graphs, frozenset) else frozenset(graphs)
+        wanted = frozenset(graphs)
         return any(
             q.graph_name in wanted for q in store.quads_for_pattern(fact.subject, fact.predicate, fact.object)
         )
