@@ -20,6 +20,7 @@ from projections.rules.syntax import (
     Filter,
     Negation,
     Program,
+    Rank,
     Rule,
     Term,
     Var,
@@ -104,6 +105,8 @@ def negation_locals(rule: Rule, negation: Negation) -> frozenset[str]:
                 outside |= literal.vars | ({literal.var} if isinstance(literal, Bind) else set())
             case Aggregate():
                 outside |= set(literal.group) | {output.var for output in literal.outputs}
+            case Rank():
+                outside |= literal.vars | {literal.var}
     inside = set().union(*(atom.vars for atom in negation.atoms))
     return frozenset((inside - outside) | negation.declared_local)
 
@@ -171,6 +174,9 @@ def _body(
                     negations.append(f"FILTER NOT EXISTS {{ {patterns} }}")
             case Aggregate():
                 subqueries.append(aggregate_subquery(literal, seeds))
+            case Rank():  # whether a solution holds; the order is the engine's (``ranked``)
+                atoms += literal.atoms
+                filters += [f"FILTER({condition.expr})" for condition in literal.filters]
     parts = [values_block(seeds) if seeds else "", *subqueries]
     bound = set(seeded)
     # A seeded BIND target is already in scope: check the value instead of binding it.
@@ -204,6 +210,16 @@ def select(
 
 def ask(rule: Rule, seeds: Seeds, cache: BodyCache | None = None) -> str:
     return f"ASK {{\n{where_clause(rule, seeds, cache=cache)}\n}}"
+
+
+def ranked(rank: Rank, items: Seeds) -> str:
+    """A RANK's solutions in key order, then the item's and the limit's (a total order, so the
+    first row of an item and the order of items are the same whichever items are asked);
+    ``items`` seeds the item variable."""
+    atoms = order_atoms(list(rank.atoms), set(items[0]) if items else set())
+    body = values_block(items) + " ".join(_pattern(atom) for atom in atoms)
+    body += "".join(f" FILTER({condition.expr})" for condition in rank.filters)
+    return f"SELECT * WHERE {{ {body} }} ORDER BY {' '.join(rank.keys)} STR(?{rank.item}) ?{rank.limit}"
 
 
 def group_keys(aggregate: Aggregate, seeds: Seeds) -> str:

@@ -12,7 +12,8 @@ walks the strata in order:
 * **insert** (semi-naive): rules are evaluated seeded by each added fact (or a fact removed
   under a NOT, or a changed aggregate group); new heads are added and seed further rounds.
 
-The cost follows the facts touched, not the size of the store. ``materialize`` computes the
+A RANK stratum is kept by ``_rerank`` instead: the new top against the old, the difference
+written. The cost follows the facts touched, not the size of the store. ``materialize`` computes the
 same result from scratch and is what the tests compare against after every step.
 """
 
@@ -30,7 +31,17 @@ from pyoxigraph import BlankNode, Literal, NamedNode, Quad, QueryBoolean, QueryS
 from projections.rules import compile as sparql
 from projections.rules.compile import Binding, Value
 from projections.rules.stratify import body_atoms, stratify, unifiable
-from projections.rules.syntax import Aggregate, Atom, BodyLiteral, Negation, Program, Rule, Var
+from projections.rules.syntax import (
+    Aggregate,
+    Atom,
+    BodyLiteral,
+    Negation,
+    Program,
+    Rank,
+    Rule,
+    RuleSyntaxError,
+    Var,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +75,8 @@ class TriggerKind(enum.Enum):
     NEGATED = enum.auto()
     """An atom under NOT: fired by a fact removed (may derive) or added (may lose support)."""
     AGGREGATE = enum.auto()
-    """An atom inside AGGREGATE: fired by any change, which alters the group it falls in."""
+    """An atom inside AGGREGATE or RANK: fired by any change, which alters the group it falls in
+    (a RANK is one group)."""
 
 
 # The triggers a change fires where a rule reads the fact as it is, and where it reads it under
@@ -128,7 +140,13 @@ class _Stratum:
     @property
     def aggregate_only(self) -> bool:
         """Every rule here is an AGGREGATE rule: insertion recomputes each group it over-deleted."""
-        return all(any(isinstance(literal, Aggregate) for literal in rule.body) for rule in self.rules)
+        return all(any(isinstance(literal, Aggregate | Rank) for literal in rule.body) for rule in self.rules)
+
+    @property
+    def rank(self) -> tuple[Rule, Rank] | None:
+        """The RANK rule this stratum is (it reads its atoms as finished, so it is one alone)."""
+        body = self.rules[0].body
+        return (self.rules[0], body[0]) if isinstance(body[0], Rank) else None
 
     @property
     def recursive(self) -> bool:
@@ -209,6 +227,7 @@ def instantiate(atom: Atom, row: Binding | QuerySolution) -> Fact | None:
 
 class RuleEngine:
     def __init__(self, program: Program) -> None:
+        _check_ranks(program.rules)
         self.program = program
         self.prefixes = dict(program.prefixes)
         self.strata = [self._index(rules) for rules in stratify(program.rules)]
@@ -231,7 +250,7 @@ class RuleEngine:
                             _Trigger(rule, literal, atom, TriggerKind.NEGATED, local_vars)
                             for atom in literal.atoms
                         ]
-                    case Aggregate():
+                    case Aggregate() | Rank():
                         triggers = [
                             _Trigger(rule, literal, atom, TriggerKind.AGGREGATE) for atom in literal.atoms
                         ]
@@ -270,6 +289,9 @@ class RuleEngine:
         skip: BodyLiteral | None = None,
         drop_negations: bool = False,
     ) -> Iterator[Fact]:
+        if isinstance(rule.body[0], Rank):  # one group: seeds never narrow it
+            yield from self._top(store, rule, rule.body[0], graphs, stats)
+            return
         if seeds:  # seeded: drop the seeds a ground atom already rules out
             seeds = self._prefilter(store, rule, seeds, graphs, skip)
             if not seeds:
@@ -282,6 +304,34 @@ class RuleEngine:
             for head in rule.heads:
                 if (fact := instantiate(head, row)) is not None:
                     yield fact
+
+    def _top(
+        self,
+        store: Store,
+        rule: Rule,
+        rank: Rank,
+        graphs: list[NamedNode],
+        stats: UpdateStats | None,
+        items: Iterable[Value] | None = None,
+    ) -> list[Fact]:
+        """A RANK rule's heads: the first LIMIT items in key order at positions 1, 2, …, each with
+        its best solution; ``items``, when given, are the only ones looked at."""
+        seeds = [{rank.item: item} for item in items] if items is not None else []
+        if items is not None and not seeds:
+            return []
+        facts: list[Fact] = []
+        ranked: set[Value] = set()
+        for row in self._rows(store, sparql.ranked(rank, seeds), graphs, stats):
+            item = row[rank.item]
+            if item in ranked:
+                continue
+            if len(ranked) >= _count(row[rank.limit]):
+                break
+            ranked.add(item)
+            binding: dict[str, Value] = {var: row[var] for var in rank.vars}
+            binding[rank.var] = Literal(len(ranked))
+            facts += [fact for head in rule.heads if (fact := instantiate(head, binding)) is not None]
+        return facts
 
     def _prefilter(
         self,
@@ -373,6 +423,11 @@ class RuleEngine:
         lost = list(removed)
         try:
             for level, stratum in enumerate(self.strata):
+                if stratum.rank is not None:
+                    added, dropped = self._rerank(store, graphs, stratum, gained, lost, stats)
+                    gained += added
+                    lost += dropped
+                    continue
                 overdeleted = self._overdelete(store, graphs, stratum, gained, lost, stats)
                 # A pattern may be produced by rules in several strata: whatever was deleted and
                 # this stratum can produce is a candidate, and rederivation may use any rule of
@@ -486,6 +541,60 @@ class RuleEngine:
             store, rule, seeds, graphs.old_and_new, stats, skip=trigger.literal, drop_negations=True
         )
 
+    def _rerank(
+        self,
+        store: Store,
+        graphs: Graphs,
+        stratum: _Stratum,
+        gained: list[Fact],
+        lost: list[Fact],
+        stats: UpdateStats,
+    ) -> tuple[list[Fact], list[Fact]]:
+        """A RANK rule after a change: its new top against the old, only the difference written.
+
+        When no item of the old top changed, the new top is the best of the old one and the changed
+        items (every other item ranked below the old top, or there were no others): a seeded query
+        of a few rows. A change to an item of the top, or to what no item binds (the limit), ranks
+        everything again: one ordered query.
+        """
+        assert stratum.rank is not None
+        rule, rank = stratum.rank
+        fired = stratum.matches_all([*gained, *lost], (TriggerKind.AGGREGATE,))
+        if not fired:
+            return [], []
+        old = [
+            Triple(quad.subject, quad.predicate, quad.object)
+            for head in rule.heads
+            for quad in store.quads_for_pattern(
+                *(None if isinstance(term, Var) else term for term in head.terms), graphs.inferred
+            )
+        ]
+        members = {
+            binding[rank.item]
+            for fact in old
+            for head in rule.heads
+            if (binding := unify(head, fact)) is not None
+        }
+        changed = {seed.get(rank.item) for _, seed in fired}
+        merge = (
+            None not in changed
+            and not changed & members
+            and not any(isinstance(item, BlankNode) for item in changed | members)
+        )
+        new = dict.fromkeys(
+            self._top(store, rule, rank, graphs.current, stats, items=members | changed if merge else None)
+        )
+        kept = set(old)
+        dropped = [fact for fact in old if fact not in new]
+        added = [fact for fact in new if fact not in kept and not self._in(store, fact, graphs.base)]
+        for fact in dropped:
+            store.remove(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
+        store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.removed) for fact in dropped)
+        store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in added)
+        stats.added += len(added)
+        stats.removed += len(dropped)
+        return added, dropped
+
     def _rederive(
         self, store: Store, graphs: Graphs, strata: list[_Stratum], candidates: list[Fact], stats: UpdateStats
     ) -> None:
@@ -508,6 +617,10 @@ class RuleEngine:
         for rule, head in stratum.heads:
             seed = unify(head, fact)
             if seed is None:
+                continue
+            if isinstance(rule.body[0], Rank):
+                if fact in self._top(store, rule, rule.body[0], graphs.current, stats):
+                    return True
                 continue
             if not _seedable(seed):
                 if fact in set(self._heads(store, rule, [], graphs.current, stats)):
@@ -586,3 +699,29 @@ class RuleEngine:
                         inputs.append(DerivationInput(read, asserted, because))
                     derivations.append(Derivation(rule, bindings, tuple(inputs)))
         return derivations
+
+
+def _count(value: Value | None) -> int:
+    """A RANK's limit as a number of positions: none when it is not a number."""
+    try:
+        return max(0, int(float(value.value))) if isinstance(value, Literal) else 0
+    except ValueError:
+        return 0
+
+
+def _check_ranks(rules: list[Rule]) -> None:
+    """A RANK rule's heads name the item and are its own: its old top is read back from them."""
+    for rule in rules:
+        if not isinstance(rule.body[0], Rank):
+            continue
+        rank = rule.body[0]
+        for head in rule.heads:
+            if rank.item not in head.vars:
+                raise RuleSyntaxError(f"{rule.source}: each head of a RANK rule must hold ?{rank.item}")
+            if other := next(
+                (o for o in rules if o is not rule and any(unifiable(h, head) for h in o.heads)), None
+            ):
+                raise RuleSyntaxError(
+                    f"{rule.source}: {other.source} derives facts like this RANK rule's; "
+                    "a RANK rule's heads must be its own"
+                )

@@ -1,7 +1,7 @@
 """Stratification: order rules so negation and aggregation only look at finished strata.
 
 Rule B depends on rule A when a head of A can produce a fact a body atom of B matches (the
-atoms unify). The dependency is negative through NOT and AGGREGATE. Strata are the strongly
+atoms unify). The dependency is negative through NOT, AGGREGATE and RANK. Strata are the strongly
 connected components in dependency order; a negative dependency inside one is a cycle through
 negation, and the program is refused with the cycle spelled out.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from projections.rules.syntax import Aggregate, Atom, Negation, Rule, Var
+from projections.rules.syntax import Aggregate, Atom, Negation, Rank, Rule, Var
 
 
 class StratificationError(ValueError):
@@ -35,7 +35,7 @@ def body_atoms(rule: Rule) -> Iterator[tuple[Atom, bool]]:
             case Negation():
                 for atom in literal.atoms:
                     yield atom, True
-            case Aggregate():
+            case Aggregate() | Rank():
                 for atom in literal.atoms:
                     yield atom, True
 

@@ -6,7 +6,8 @@
         NOT [?m, :supersededBy, ?x], FILTER(?v < ?goal) .
 
 Body literals: atoms ``[s, p, o]``; ``NOT atom`` and ``NOT EXISTS ?v… IN (atoms)``;
-``FILTER(expr)``; ``BIND(expr AS ?v)``; ``AGGREGATE(atoms ON ?g… BIND FUNC(expr) AS ?v …)``.
+``FILTER(expr)``; ``BIND(expr AS ?v)``; ``AGGREGATE(atoms ON ?g… BIND FUNC(expr) AS ?v …)``;
+``RANK(atoms ON ?item BY key… AS ?rank LIMIT ?n)``.
 Expressions are SPARQL expressions and are kept as text. ``#@explain`` before a rule gives the
 sentence its derivations are explained with (``{var}`` placeholders).
 """
@@ -97,7 +98,27 @@ class Aggregate:
     outputs: tuple[AggregateOutput, ...]
 
 
-BodyLiteral = Atom | Negation | Filter | Bind | Aggregate
+@dataclass(frozen=True)
+class Rank:
+    """The first ``limit`` items of the atoms' solutions in ``keys`` order, each at its position.
+
+    Only the top is derived, so a new item changes at most ``limit`` facts, where a rank counted
+    per item (an AGGREGATE) changes every item it outranks and costs O(items) each.
+    """
+
+    atoms: tuple[Atom, ...]
+    filters: tuple[Filter, ...]
+    item: str  # what is ranked: one position per value, its best solution
+    keys: tuple[str, ...]  # SPARQL ORDER BY conditions, first decides
+    var: str  # the position, 1 for the first
+    limit: str  # a variable the atoms bind: how many positions are derived
+
+    @property
+    def vars(self) -> frozenset[str]:
+        return frozenset().union(*(atom.vars for atom in self.atoms))
+
+
+BodyLiteral = Atom | Negation | Filter | Bind | Aggregate | Rank
 
 
 @dataclass(frozen=True)
@@ -120,6 +141,8 @@ class Rule:
                     bound.add(literal.var)
                 case Aggregate():
                     bound |= set(literal.group) | {output.var for output in literal.outputs}
+                case Rank():
+                    bound |= literal.vars | {literal.var}
         return frozenset(bound)
 
 
@@ -274,6 +297,11 @@ class _Parser:
                 f"{rule.source}: a rule with AGGREGATE may only add FILTER and BIND beside it; "
                 "derive the other conditions in a rule of their own"
             )
+        if any(isinstance(literal, Rank) for literal in rule.body) and len(rule.body) > 1:
+            raise RuleSyntaxError(
+                f"{rule.source}: RANK must be the whole body; put conditions inside it, "
+                "or derive them in a rule of their own"
+            )
 
     def literal(self) -> BodyLiteral:
         if self.peek_word("NOT"):
@@ -290,6 +318,8 @@ class _Parser:
             return Bind(expr, var, expr_vars(expr))
         if self.peek_word("AGGREGATE"):
             return self.aggregate()
+        if self.peek_word("RANK"):
+            return self.rank()
         return self.atom()
 
     def filter(self) -> Filter:
@@ -366,6 +396,56 @@ class _Parser:
         if missing := set(group) - inner_vars:
             raise self.error(f"group variables {_names(missing)} do not occur in the aggregate's atoms")
         return Aggregate(tuple(atoms), tuple(filters), tuple(group), tuple(outputs))
+
+    def rank(self) -> Rank:
+        self.expect_word("RANK")
+        self.expect("(")
+        atoms: list[Atom] = []
+        filters: list[Filter] = []
+        while True:
+            if self.peek_word("FILTER"):
+                filters.append(self.filter())
+            else:
+                atoms.append(self.atom())
+            if not self.peek(","):
+                break
+            self.pos += 1
+        self.expect_word("ON")
+        item = self.variable()
+        self.expect_word("BY")
+        keys = []
+        while not self.peek_word("AS"):
+            self.skip()
+            if self.peek("?"):
+                keys.append(f"?{self.variable()}")
+            elif word := re.compile(r"[A-Za-z]+(?=\s*\()").match(self.text, self.pos):
+                self.pos = word.end()
+                keys.append(f"{word.group(0)}({self.parens()})")
+            else:
+                raise self.error("expected an ORDER BY key (?var, ASC(…), DESC(…) or a function) or AS")
+            if self.peek(","):
+                self.pos += 1
+        if not keys:
+            raise self.error("RANK needs at least one key after BY")
+        self.expect_word("AS")
+        var = self.variable()
+        self.expect_word("LIMIT")
+        limit = self.variable()
+        self.expect(")")
+        rank = Rank(tuple(atoms), tuple(filters), item, tuple(keys), var, limit)
+        if missing := {item, limit} - rank.vars:
+            raise self.error(f"{_names(missing)} must be bound by the RANK's atoms")
+        if var in rank.vars:
+            raise self.error(f"?{var} is bound by the RANK's atoms: the position needs a variable of its own")
+        return rank
+
+    def variable(self) -> str:
+        self.skip()
+        var = self.VAR.match(self.text, self.pos)
+        if not var:
+            raise self.error("expected a variable")
+        self.pos = var.end()
+        return var.group(1)
 
     def parens(self) -> str:
         """The raw text between balanced parentheses (strings may contain parentheses)."""

@@ -27,6 +27,9 @@ PREFIX : <{EX}>
 [?x, :outdeg, ?n] :- AGGREGATE([?x, :edge, ?y] ON ?x BIND COUNT(?y) AS ?n) .
 [?x, :hub, true] :- [?x, :outdeg, ?n], FILTER(?n >= 2) .
 [?x, :lonely, true] :- [?x, :node, true], NOT EXISTS ?y IN ([?x, :edge, ?y]) .
+[?x, :top, ?r] :- RANK([?x, :outdeg, ?n], [?x, :node, true], [:cfg, :k, ?k]
+    ON ?x BY DESC(?n) AS ?r LIMIT ?k) .
+[?x, :leader, true] :- [?x, :top, 1] .
 """
 
 
@@ -52,6 +55,7 @@ def test_recursive_program_incremental_equals_full(ops: list[tuple[bool, int, in
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
         store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(5))
+        store.add(Quad(NamedNode(EX + "cfg"), NamedNode(EX + "k"), Literal(2), BASE))
         engine.materialize(store, GRAPHS)
         for add, a, b in ops:
             fact = edge(a, b)
@@ -120,6 +124,16 @@ def test_aggregate_cycle_is_refused() -> None:
         ),
         ('["lit", :a, ?x] :- [?x, :b, ?z] .', "literal cannot be a subject"),
         (
+            "[?x, :r, ?p] :- [?x, :b, ?z], RANK([?x, :n, ?y], [:c, :k, ?k] ON ?x BY ?y AS ?p LIMIT ?k) .",
+            "RANK must be the whole body",
+        ),
+        (
+            "[?x, :r, ?p] :- RANK([?x, :n, ?y] ON ?x BY DESC(?y) AS ?p LIMIT ?k) .",
+            "?k must be bound by the RANK's atoms",
+        ),
+        ("[?x, :r, ?p] :- RANK([?x, :n, ?y], [:c, :k, ?k] ON ?x AS ?p LIMIT ?k) .", "expected BY"),
+        ("[?x, :r, ?y] :- RANK([?x, :n, ?y], [:c, :k, ?k] ON ?x BY ?y AS ?y LIMIT ?k) .", "needs a variable"),
+        (
             "[?x, :ok, ?z] :- [?x, :q, ?z], [?x, :p, ?y], BIND(?y + 1 AS ?z) .",
             "BIND target ?z is already bound",
         ),
@@ -129,6 +143,14 @@ def test_syntax_errors_name_file_line_and_problem(text: str, message: str) -> No
     with pytest.raises(RuleSyntaxError, match=re.escape(message)) as info:
         parse_rules(f"PREFIX : <{EX}>\n{text}", "bad.dlog")
     assert str(info.value).startswith("bad.dlog:")
+
+
+def test_a_rank_rule_names_its_item_and_owns_its_heads() -> None:
+    body = "RANK([?x, :n, ?y], [:c, :k, ?k] ON ?x BY DESC(?y) AS ?p LIMIT ?k)"
+    with pytest.raises(RuleSyntaxError, match=re.escape("must hold ?x")):
+        RuleEngine(parse_rules(f"PREFIX : <{EX}>\n[:all, :r, ?p] :- {body} ."))
+    with pytest.raises(RuleSyntaxError, match="heads must be its own"):
+        RuleEngine(parse_rules(f"PREFIX : <{EX}>\n[?x, :r, ?p] :- {body} .\n[?x, :r, ?y] :- [?x, :m, ?y] ."))
 
 
 def test_a_bind_head_follows_a_change_of_datatype() -> None:

@@ -166,3 +166,63 @@ def test_incremental_equals_full_after_every_batch_of_random_size(
         assert outcomes == [single.apply(s.event, s.position) for s in steps if s.event is not None]
         assert export_nquads(batched) == export_nquads(single)
         del batched, single
+
+
+RANKED = [f"r{i}" for i in range(10)]
+REMEMBER_RANKED = st.builds(
+    lambda m, i: ("MemoryRemembered", {**_company(m), "importance": i}),
+    st.sampled_from(RANKED),
+    st.integers(3, 5),
+)
+RANK_OPS = st.one_of(
+    REMEMBER_RANKED,
+    st.builds(
+        lambda m, i: ("MemoryRevised", {"memory_id": m, "changes": {"importance": i}}),
+        st.sampled_from(RANKED),
+        st.integers(3, 5),
+    ),
+    st.builds(
+        lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}),
+        st.sampled_from(RANKED),
+        st.sampled_from(RANKED),
+    ),
+    st.builds(lambda m: ("MemoryRestored", {"memory_id": m}), st.sampled_from(RANKED)),
+    st.builds(lambda m: ("MemoryForgotten", {"memory_id": m}), st.sampled_from(RANKED)),
+    st.builds(lambda t: ("ClockTicked", {"now": t}), st.sampled_from(TIMES)),
+)
+
+
+def _company(memory_id: str) -> dict:
+    return {"memory_id": memory_id, "label": memory_id, "content": "c", "kind": "fact", "scope": "company"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(REMEMBER_RANKED, min_size=3, max_size=8, unique_by=lambda op: op[1]["memory_id"]),
+    st.lists(RANK_OPS, min_size=1, max_size=30),
+    st.lists(st.integers(1, 6), min_size=1, max_size=30),
+    st.integers(0, 2),
+)
+def test_live_rank_kept_incrementally_equals_ranked_from_scratch(
+    setup: list[tuple[str, dict]], ops: list[tuple[str, dict]], sizes: list[int], ties: int
+) -> None:
+    """The live-context rank (RANK … LIMIT) under churn of its top: new candidates above and below
+    it, members revised, superseded, forgotten and restored, memories recorded in the same second
+    (the id breaks the tie); after every batch it equals a ranking from scratch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = TenantGraph(Path(tmp) / "graph", knowledge_with_cap(Path(tmp), cap=3))
+        steps = []
+        for offset, (etype, payload) in enumerate(setup + ops):
+            try:
+                ev = event(etype, payload)
+            except Exception:
+                continue  # e.g. a self-supersession, which the domain rules refuse
+            steps.append(Step(Position(0, offset, 1_764_547_200_000 + offset // (ties + 1) * 1000), ev))
+        cuts = iter(sizes * len(steps))
+        start = 0
+        while start < len(steps):
+            batch = steps[start : start + next(cuts)]
+            graph.commit_planned(graph.plan(batch))
+            assert graph.inferred() == from_scratch(graph), f"after the batch ending at {batch[-1]}"
+            start += len(batch)
+        del graph

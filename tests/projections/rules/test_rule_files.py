@@ -137,9 +137,10 @@ def test_live_bundle_is_capped_by_importance_then_recency(tmp_path: Path) -> Non
     tenant.apply("MemoryRemembered", remembered("crit", importance=5))
     bundle = {m for m in ("old4", "new4", "crit") if tenant.has(m, "LiveContext")}
     assert bundle == {"crit", "new4"}  # Critical first, then the more recent High
-    assert tenant.values("old4", "liveRank") == {"3"}
+    assert [tenant.values(m, "liveRank") for m in ("crit", "new4", "old4")] == [{"1"}, {"2"}, set()]
     tenant.apply("MemorySuperseded", {"memory_id": "crit", "superseded_by": "new4"})
     assert {m for m in ("old4", "new4", "crit") if tenant.has(m, "LiveContext")} == {"new4", "old4"}
+    assert [tenant.values(m, "liveRank") for m in ("crit", "new4", "old4")] == [set(), {"1"}, {"2"}]
 
 
 def test_active_supersedes_forget_restore(tenant: Tenant) -> None:
