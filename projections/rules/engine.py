@@ -45,6 +45,11 @@ from projections.rules.syntax import (
 
 log = logging.getLogger(__name__)
 
+# Seeds per query. Past about a thousand VALUES rows oxigraph joins each pattern whole (on a
+# 100k-memory tenant 2,000 seeds took 1.9 s, the same seeds in chunks of 200 9 ms), so a query
+# never gets more: a tenant's long run of a batch is asked in chunks.
+SEED_CHUNK = 256
+
 Fact = Triple
 
 
@@ -133,8 +138,8 @@ class _Stratum:
     # by the predicate IRI of the atom; None for an atom whose predicate is a variable
     triggers: dict[str | None, list[_Trigger]] = field(default_factory=dict)
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
-    _by_kinds: dict[tuple[TriggerKind, ...], dict[str | None, tuple[_Trigger, ...]]] = field(
-        default_factory=dict, repr=False
+    _by_kinds: dict[tuple[TriggerKind, ...], dict[tuple[str, Value | None] | None, tuple[_Trigger, ...]]] = (
+        field(default_factory=dict, repr=False)
     )
 
     @property
@@ -154,18 +159,26 @@ class _Stratum:
         atoms = [atom for rule in self.rules for atom, _ in body_atoms(rule)]
         return any(unifiable(head, atom) for _, head in self.heads for atom in atoms)
 
-    def by_predicate(self, kinds: tuple[TriggerKind, ...]) -> dict[str | None, tuple[_Trigger, ...]]:
-        """The triggers of these kinds by predicate, each also holding those whose predicate is a
-        variable (under None alone when no atom names the predicate), made once per stratum."""
+    def by_predicate(
+        self, kinds: tuple[TriggerKind, ...]
+    ) -> dict[tuple[str, Value | None] | None, tuple[_Trigger, ...]]:
+        """The triggers of these kinds a fact may fire, by its predicate IRI and object, made once
+        per stratum: under (predicate, object) those whose atom names that object, under
+        (predicate, None) those whose object is a variable, each also holding those whose
+        predicate is a variable (under None alone). A type fact so meets only the atoms of its class."""
         found = self._by_kinds.get(kinds)
         if found is None:
             anywhere = tuple(t for t in self.triggers.get(None, ()) if t.kind in kinds)
-            found = {
-                predicate: (*(t for t in triggers if t.kind in kinds), *anywhere)
-                for predicate, triggers in self.triggers.items()
-                if predicate is not None
-            }
-            found[None] = anywhere
+            found = {None: anywhere}
+            for predicate, triggers in self.triggers.items():
+                if predicate is None:
+                    continue
+                chosen = [t for t in triggers if t.kind in kinds]
+                open_object = tuple(t for t in chosen if isinstance(t.atom.o, Var))
+                found[(predicate, None)] = (*open_object, *anywhere)
+                for obj in {t.atom.o for t in chosen if not isinstance(t.atom.o, Var)}:
+                    named = tuple(t for t in chosen if t.atom.o == obj)
+                    found[(predicate, obj)] = (*named, *open_object, *anywhere)
             self._by_kinds[kinds] = found
         return found
 
@@ -175,12 +188,16 @@ class _Stratum:
     def matches_all(
         self, facts: Iterable[Fact], kinds: tuple[TriggerKind, ...]
     ) -> list[tuple[_Trigger, Binding]]:
-        """Every (trigger, seed) the facts fire; a fact no atom of this stratum reads costs one lookup."""
+        """Every (trigger, seed) the facts fire; a fact no atom of this stratum reads costs a lookup."""
         index = self.by_predicate(kinds)
         anywhere = index[None]
         out = []
         for fact in facts:
-            for trigger in index.get(fact.predicate.value, anywhere):
+            predicate = fact.predicate.value
+            triggers = index.get((predicate, fact.object))
+            if triggers is None:
+                triggers = index.get((predicate, None), anywhere)
+            for trigger in triggers:
                 if (seed := unify(trigger.atom, fact)) is not None:
                     out.append((trigger, seed))
         return out
@@ -297,13 +314,14 @@ class RuleEngine:
             if not seeds:
                 return
         variables = sorted(set().union(*(head.vars for head in rule.heads)))
-        query = sparql.select(
-            rule, seeds, variables, skip=skip, drop_negations=drop_negations, cache=self._bodies
-        )
-        for row in self._rows(store, query, graphs, stats):
-            for head in rule.heads:
-                if (fact := instantiate(head, row)) is not None:
-                    yield fact
+        for chunk in _chunks(seeds):
+            query = sparql.select(
+                rule, chunk, variables, skip=skip, drop_negations=drop_negations, cache=self._bodies
+            )
+            for row in self._rows(store, query, graphs, stats):
+                for head in rule.heads:
+                    if (fact := instantiate(head, row)) is not None:
+                        yield fact
 
     def _top(
         self,
@@ -316,10 +334,35 @@ class RuleEngine:
     ) -> list[Fact]:
         """A RANK rule's heads: the first LIMIT items in key order at positions 1, 2, …, each with
         its best solution; ``items``, when given, are the only ones looked at."""
-        seeds = [{rank.item: item} for item in items] if items is not None else []
+        facts: list[Fact] = []
+        for position, binding in enumerate(self._first(store, rank, graphs, stats, items), start=1):
+            binding[rank.var] = Literal(position)
+            facts += [fact for head in rule.heads if (fact := instantiate(head, binding)) is not None]
+        return facts
+
+    def _first(
+        self,
+        store: Store,
+        rank: Rank,
+        graphs: list[NamedNode],
+        stats: UpdateStats | None,
+        items: Iterable[Value] | None,
+    ) -> list[dict[str, Value]]:
+        """The first LIMIT items' best solutions, in key order. Many items are asked in chunks, and
+        the chunks' firsts again: the first of a union are among the firsts of its parts."""
+        seeds = [{rank.item: item} for item in dict.fromkeys(items)] if items is not None else []
         if items is not None and not seeds:
             return []
-        facts: list[Fact] = []
+        if len(seeds) > SEED_CHUNK:
+            firsts = [
+                first[rank.item]
+                for chunk in _chunks(seeds)
+                for first in self._first(store, rank, graphs, stats, [seed[rank.item] for seed in chunk])
+            ]
+            if len(firsts) < len(seeds):  # else (a limit past the chunk) the chunks gain nothing
+                return self._first(store, rank, graphs, stats, firsts)
+            seeds = [{rank.item: item} for item in firsts]
+        out: list[dict[str, Value]] = []
         ranked: set[Value] = set()
         for row in self._rows(store, sparql.ranked(rank, seeds), graphs, stats):
             item = row[rank.item]
@@ -328,10 +371,8 @@ class RuleEngine:
             if len(ranked) >= _count(row[rank.limit]):
                 break
             ranked.add(item)
-            binding: dict[str, Value] = {var: row[var] for var in rank.vars}
-            binding[rank.var] = Literal(len(ranked))
-            facts += [fact for head in rule.heads if (fact := instantiate(head, binding)) is not None]
-        return facts
+            out.append({var: row[var] for var in rank.vars})
+        return out
 
     def _prefilter(
         self,
@@ -378,8 +419,12 @@ class RuleEngine:
             return [{}]
         if seeds and all(all(var in seed for var in aggregate.group) for seed in seeds):
             return sparql.project(seeds, aggregate.group)
-        rows = self._rows(store, sparql.group_keys(aggregate, seeds), graphs, stats)
-        return [{var: row[var] for var in aggregate.group} for row in rows]
+        keys = [
+            {var: row[var] for var in aggregate.group}
+            for chunk in _chunks(seeds)
+            for row in self._rows(store, sparql.group_keys(aggregate, chunk), graphs, stats)
+        ]
+        return sparql.project(keys, aggregate.group) if len(seeds) > SEED_CHUNK else keys
 
     # -- from scratch ---------------------------------------------------------------------
     def materialize(self, store: Store, graphs: Graphs) -> int:
@@ -699,6 +744,14 @@ class RuleEngine:
                         inputs.append(DerivationInput(read, asserted, because))
                     derivations.append(Derivation(rule, bindings, tuple(inputs)))
         return derivations
+
+
+def _chunks(seeds: list[Binding]) -> Iterator[list[Binding]]:
+    """The seeds SEED_CHUNK at a time; no seed at all is one unseeded query."""
+    if not seeds:
+        yield seeds
+    for start in range(0, len(seeds), SEED_CHUNK):
+        yield seeds[start : start + SEED_CHUNK]
 
 
 def _count(value: Value | None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from pyoxigraph import NamedNode
 
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
 from projections.read import export_nquads
+from projections.rules import engine as rule_engine
 from projections.tenant_graph import Step, TenantGraph
 from schemas.events import Position
 from tests.factories import event
@@ -136,14 +138,16 @@ def test_incremental_equals_full_rematerialisation_after_every_step(
     st.lists(remember(), min_size=2, max_size=6, unique_by=lambda op: op[1]["memory_id"]),
     st.lists(OPS, min_size=1, max_size=24),
     st.lists(st.integers(1, 8), min_size=1, max_size=24),
+    st.sampled_from([2, rule_engine.SEED_CHUNK]),
 )
 def test_incremental_equals_full_after_every_batch_of_random_size(
-    setup: list[tuple[str, dict]], ops: list[tuple[str, dict]], sizes: list[int]
+    setup: list[tuple[str, dict]], ops: list[tuple[str, dict]], sizes: list[int], chunk: int
 ) -> None:
     """A batch is planned event by event against the uncommitted delta, committed as one net delta,
     then one rule update seeded by all of it: after each batch the inferred facts equal a from-scratch
-    materialisation, and at the end the store equals the same events applied one at a time."""
-    with tempfile.TemporaryDirectory() as tmp:
+    materialisation, and at the end the store equals the same events applied one at a time. The
+    engine's queries take at most ``chunk`` seeds each (2: a batch's seeds are always split)."""
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(rule_engine, "SEED_CHUNK", chunk):
         knowledge = knowledge_with_cap(Path(tmp), cap=2)
         batched = TenantGraph(Path(tmp) / "batched", knowledge)
         single = TenantGraph(Path(tmp) / "single", knowledge)
@@ -202,14 +206,16 @@ def _company(memory_id: str) -> dict:
     st.lists(RANK_OPS, min_size=1, max_size=30),
     st.lists(st.integers(1, 6), min_size=1, max_size=30),
     st.integers(0, 2),
+    st.sampled_from([2, 4, rule_engine.SEED_CHUNK]),
 )
 def test_live_rank_kept_incrementally_equals_ranked_from_scratch(
-    setup: list[tuple[str, dict]], ops: list[tuple[str, dict]], sizes: list[int], ties: int
+    setup: list[tuple[str, dict]], ops: list[tuple[str, dict]], sizes: list[int], ties: int, chunk: int
 ) -> None:
     """The live-context rank (RANK … LIMIT) under churn of its top: new candidates above and below
     it, members revised, superseded, forgotten and restored, memories recorded in the same second
-    (the id breaks the tie); after every batch it equals a ranking from scratch."""
-    with tempfile.TemporaryDirectory() as tmp:
+    (the id breaks the tie); after every batch it equals a ranking from scratch, also when the
+    changed items are ranked in chunks of 2 or 4 and the chunks' firsts ranked again."""
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(rule_engine, "SEED_CHUNK", chunk):
         graph = TenantGraph(Path(tmp) / "graph", knowledge_with_cap(Path(tmp), cap=3))
         steps = []
         for offset, (etype, payload) in enumerate(setup + ops):
