@@ -130,6 +130,10 @@ class Derivation:
     inputs: tuple[DerivationInput, ...]  # the facts its positive atoms matched
 
 
+# What a fact's predicate finds in a stratum's trigger index: the triggers, or them by object.
+_Fired = tuple[_Trigger, ...] | dict[str | None, tuple[_Trigger, ...]]
+
+
 @dataclass
 class _Stratum:
     """Rules that depend on one another, indexed by what their bodies read and heads produce."""
@@ -159,13 +163,12 @@ class _Stratum:
         atoms = [atom for rule in self.rules for atom, _ in body_atoms(rule)]
         return any(unifiable(head, atom) for _, head in self.heads for atom in atoms)
 
-    def by_predicate(
-        self, kinds: tuple[TriggerKind, ...]
-    ) -> dict[tuple[str, Value | None] | None, tuple[_Trigger, ...]]:
-        """The triggers of these kinds a fact may fire, by its predicate IRI and object, made once
-        per stratum: under (predicate, object) those whose atom names that object, under
-        (predicate, None) those whose object is a variable, each also holding those whose
-        predicate is a variable (under None alone). A type fact so meets only the atoms of its class."""
+    def by_predicate(self, kinds: tuple[TriggerKind, ...]) -> dict[str | None, _Fired]:
+        """The triggers of these kinds a fact may fire, by its predicate IRI, made once per stratum:
+        a tuple, or (for a predicate some atom names an object of, rdf:type above all) a dict by the
+        object's lexical value with the tuple for any other object under None. Each also holds
+        the triggers whose predicate is a variable (under None alone). A type fact so meets the
+        atoms of its class only; equal lexical values of different terms cost a ``unify``."""
         found = self._by_kinds.get(kinds)
         if found is None:
             anywhere = tuple(t for t in self.triggers.get(None, ()) if t.kind in kinds)
@@ -175,10 +178,15 @@ class _Stratum:
                     continue
                 chosen = [t for t in triggers if t.kind in kinds]
                 open_object = tuple(t for t in chosen if isinstance(t.atom.o, Var))
-                found[(predicate, None)] = (*open_object, *anywhere)
-                for obj in {t.atom.o for t in chosen if not isinstance(t.atom.o, Var)}:
-                    named = tuple(t for t in chosen if t.atom.o == obj)
-                    found[(predicate, obj)] = (*named, *open_object, *anywhere)
+                named = [t for t in chosen if not isinstance(t.atom.o, Var)]
+                if not named:
+                    found[predicate] = (*open_object, *anywhere)
+                    continue
+                by_object: dict[str | None, tuple[_Trigger, ...]] = {None: (*open_object, *anywhere)}
+                for value in {t.atom.o.value for t in named}:  # type: ignore[union-attr]
+                    same = tuple(t for t in named if t.atom.o.value == value)  # type: ignore[union-attr]
+                    by_object[value] = (*same, *open_object, *anywhere)
+                found[predicate] = by_object
             self._by_kinds[kinds] = found
         return found
 
@@ -193,10 +201,9 @@ class _Stratum:
         anywhere = index[None]
         out = []
         for fact in facts:
-            predicate = fact.predicate.value
-            triggers = index.get((predicate, fact.object))
-            if triggers is None:
-                triggers = index.get((predicate, None), anywhere)
+            triggers = index.get(fact.predicate.value, anywhere)
+            if isinstance(triggers, dict):
+                triggers = triggers.get(fact.object.value) or triggers[None]
             for trigger in triggers:
                 if (seed := unify(trigger.atom, fact)) is not None:
                     out.append((trigger, seed))
@@ -248,6 +255,7 @@ class RuleEngine:
         self.program = program
         self.prefixes = dict(program.prefixes)
         self.strata = [self._index(rules) for rules in stratify(program.rules)]
+        self._readers = _readers(self.strata)
         self._bodies: sparql.BodyCache = {}
         # (rule id, skipped literal id, seeded variables) -> the atoms a seed makes ground
         self._ground_atoms: dict[tuple[int, int, frozenset[str]], list[Atom]] = {}
@@ -466,14 +474,19 @@ class RuleEngine:
                 gained.append(fact)
         store.extend(Quad(fact.subject, fact.predicate, fact.object, scratch) for fact in removed)
         lost = list(removed)
+        lost_ever = list(removed)  # `lost` are those of these not back by now
+        routes = _Routes(self._readers)
         try:
             for level, stratum in enumerate(self.strata):
                 if stratum.rank is not None:
-                    added, dropped = self._rerank(store, graphs, stratum, gained, lost, stats)
+                    here = routes.at(gained, level) + routes.still(lost_ever, lost, level)
+                    added, dropped = self._rerank(store, graphs, stratum, here, stats)
                     gained += added
                     lost += dropped
+                    lost_ever += dropped
                     continue
-                overdeleted = self._overdelete(store, graphs, stratum, gained, lost, stats)
+                here_gained, here_lost = routes.at(gained, level), routes.still(lost_ever, lost, level)
+                overdeleted = self._overdelete(store, graphs, stratum, here_gained, here_lost, stats)
                 # A pattern may be produced by rules in several strata: whatever was deleted and
                 # this stratum can produce is a candidate, and rederivation may use any rule of
                 # this or a lower stratum (those are final by now).
@@ -487,7 +500,9 @@ class RuleEngine:
                     for fact in dict.fromkeys(lost + overdeleted)
                     if not self._in(store, fact, graphs.current)
                 ]
-                self._insert(store, graphs, stratum, gained, lost, stats)
+                lost_ever += overdeleted
+                here_gained, here_lost = routes.at(gained, level), routes.still(lost_ever, lost, level)
+                gained += self._insert(store, graphs, stratum, here_gained, here_lost, stats)
         finally:
             store.remove_graph(scratch)
         stats.seconds = time.monotonic() - started
@@ -591,8 +606,7 @@ class RuleEngine:
         store: Store,
         graphs: Graphs,
         stratum: _Stratum,
-        gained: list[Fact],
-        lost: list[Fact],
+        changed: list[Fact],
         stats: UpdateStats,
     ) -> tuple[list[Fact], list[Fact]]:
         """A RANK rule after a change: its new top against the old, only the difference written.
@@ -604,7 +618,7 @@ class RuleEngine:
         """
         assert stratum.rank is not None
         rule, rank = stratum.rank
-        fired = stratum.matches_all([*gained, *lost], (TriggerKind.AGGREGATE,))
+        fired = stratum.matches_all(changed, (TriggerKind.AGGREGATE,))
         if not fired:
             return [], []
         old = [
@@ -684,9 +698,11 @@ class RuleEngine:
         gained: list[Fact],
         lost: list[Fact],
         stats: UpdateStats,
-    ) -> None:
+    ) -> list[Fact]:
+        """The heads the changes this stratum reads derive, written; returns them."""
         # what gained a fact it reads positively, or lost one it reads under NOT, may gain a head
         pending = stratum.triggered(positive=gained, negative=lost)
+        derived: list[Fact] = []
         while pending:  # semi-naive rounds: what one round derives seeds the next, written at once
             batches, new = self._by_rule(pending), {}
             for trigger, seeds in batches.values():
@@ -694,9 +710,10 @@ class RuleEngine:
                     if fact not in new and not self._in(store, fact, graphs.current):
                         new[fact] = None
             store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in new)
-            gained += new
+            derived += new
             stats.added += len(new)
             pending = stratum.matches_all(new, READ_AS_IS)
+        return derived
 
     def _derived(
         self, store: Store, graphs: Graphs, trigger: _Trigger, seeds: list[Binding], stats: UpdateStats
@@ -744,6 +761,44 @@ class RuleEngine:
                         inputs.append(DerivationInput(read, asserted, because))
                     derivations.append(Derivation(rule, bindings, tuple(inputs)))
         return derivations
+
+
+def _readers(strata: list[_Stratum]) -> dict[str | None, tuple[int, ...]]:
+    """By predicate IRI, the strata (levels) with an atom that can match a fact of it; under None,
+    those with an atom whose predicate is a variable (they read every fact)."""
+    anywhere = [level for level, stratum in enumerate(strata) if None in stratum.triggers]
+    readers: dict[str | None, list[int]] = {None: anywhere}
+    for level, stratum in enumerate(strata):
+        for predicate in stratum.triggers:
+            if predicate is not None:
+                readers.setdefault(predicate, list(anywhere)).append(level)
+    return {predicate: tuple(sorted(set(levels))) for predicate, levels in readers.items()}
+
+
+class _Routes:
+    """An update's changed facts sorted by the strata that read them, each fact once, so a stratum
+    scans the changes it can fire on, not every change so far (a batch's run of a tenant changes
+    hundreds of facts, and there are dozens of strata)."""
+
+    def __init__(self, readers: Mapping[str | None, tuple[int, ...]]) -> None:
+        self.readers = readers
+        self.routed: dict[tuple[int, int], list[Fact]] = {}  # (id of the list, level) -> facts
+        self.seen: dict[int, int] = {}  # id of the list -> how many of it are routed
+
+    def at(self, facts: list[Fact], level: int) -> list[Fact]:
+        """The facts of ``facts`` (only ever appended to) that stratum ``level`` reads, in order."""
+        key, anywhere = id(facts), self.readers[None]
+        for fact in facts[self.seen.get(key, 0) :]:
+            for reader in self.readers.get(fact.predicate.value, anywhere):
+                if reader >= level:
+                    self.routed.setdefault((key, reader), []).append(fact)
+        self.seen[key] = len(facts)
+        return self.routed.get((key, level), [])
+
+    def still(self, ever: list[Fact], now: list[Fact], level: int) -> list[Fact]:
+        """Those of ``ever`` that stratum ``level`` reads and that are in ``now``, once each."""
+        current = set(now)
+        return [fact for fact in dict.fromkeys(self.at(ever, level)) if fact in current]
 
 
 def _chunks(seeds: list[Binding]) -> Iterator[list[Binding]]:
