@@ -4,7 +4,8 @@ The projector applies each record to the graph at once (and reports it); the ind
 refreshes the touched memories of everything handled since its last pass and commits each
 tenant's text index once per pass. A tantivy commit costs ~20 ms of CPU whatever it holds, so
 with many busy tenants commits would starve the projector: after each pass the indexer rests as
-long as the pass took, which caps it at half of one core and lets the next pass carry more. Only
+long as the pass took (when more is already waiting: a write with no backlog is not held back),
+which caps it at half of one core and lets the next pass carry more. Only
 after the commit are the records reported to its own ``Progress``, in log order, so ``?wait=true``
 and a recall after a write see the write when it is searchable.
 """
@@ -65,7 +66,8 @@ class Indexer:
             await self._wake.wait()
             started = time.perf_counter()
             await self._pass()
-            await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
+            if self._pending:  # a backlog: let the projector run; else the next write goes at once
+                await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
 
     async def _pass(self) -> None:
         self._wake.clear()
