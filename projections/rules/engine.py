@@ -142,8 +142,8 @@ class _Stratum:
     # by the predicate IRI of the atom; None for an atom whose predicate is a variable
     triggers: dict[str | None, list[_Trigger]] = field(default_factory=dict)
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
-    _by_kinds: dict[tuple[TriggerKind, ...], dict[tuple[str, Value | None] | None, tuple[_Trigger, ...]]] = (
-        field(default_factory=dict, repr=False)
+    _by_kinds: dict[tuple[TriggerKind, ...], dict[str | None, _Fired]] = field(
+        default_factory=dict, repr=False
     )
 
     @property
@@ -480,8 +480,8 @@ class RuleEngine:
             for level, stratum in enumerate(self.strata):
                 if stratum.rank is not None:
                     here = routes.at(gained, level) + routes.still(lost_ever, lost, level)
-                    added, dropped = self._rerank(store, graphs, stratum, here, stats)
-                    gained += added
+                    derived, dropped = self._rerank(store, graphs, stratum, here, stats)
+                    gained += derived
                     lost += dropped
                     lost_ever += dropped
                     continue
@@ -606,53 +606,56 @@ class RuleEngine:
         store: Store,
         graphs: Graphs,
         stratum: _Stratum,
-        changed: list[Fact],
+        changes: list[Fact],
         stats: UpdateStats,
     ) -> tuple[list[Fact], list[Fact]]:
         """A RANK rule after a change: its new top against the old, only the difference written.
 
         When no item of the old top changed, the new top is the best of the old one and the changed
         items (every other item ranked below the old top, or there were no others): a seeded query
-        of a few rows. A change to an item of the top, or to what no item binds (the limit), ranks
-        everything again: one ordered query.
+        of a few rows. A change to an item of the top, to what no item binds (the limit), to a fact
+        like its heads, or to an item that is not an IRI ranks everything again: one ordered query.
         """
         assert stratum.rank is not None
         rule, rank = stratum.rank
-        fired = stratum.matches_all(changed, (TriggerKind.AGGREGATE,))
-        if not fired:
+        fired = stratum.matches_all(changes, (TriggerKind.AGGREGATE,))
+        heads_touched = any(stratum.produces(fact) for fact in changes)  # asserted or retracted
+        if not fired and not heads_touched:
             return [], []
+        patterns = [
+            tuple(None if isinstance(term, Var) else term for term in head.terms) for head in rule.heads
+        ]
         old = [
-            Triple(quad.subject, quad.predicate, quad.object)
-            for head in rule.heads
-            for quad in store.quads_for_pattern(
-                *(None if isinstance(term, Var) else term for term in head.terms), graphs.inferred
-            )
+            quad.triple for pattern in patterns for quad in store.quads_for_pattern(*pattern, graphs.inferred)
         ]
         members = {
             binding[rank.item]
-            for fact in old
+            for graph in graphs.current
+            for pattern in patterns
+            for quad in store.quads_for_pattern(*pattern, graph)
             for head in rule.heads
-            if (binding := unify(head, fact)) is not None
+            if (binding := unify(head, quad.triple)) is not None
         }
-        changed = {seed.get(rank.item) for _, seed in fired}
+        items = {seed.get(rank.item) for _, seed in fired}
         merge = (
-            None not in changed
-            and not changed & members
-            and not any(isinstance(item, BlankNode) for item in changed | members)
+            not heads_touched
+            and None not in items
+            and not items & members
+            and all(isinstance(item, NamedNode) for item in items | members)
         )
         new = dict.fromkeys(
-            self._top(store, rule, rank, graphs.current, stats, items=members | changed if merge else None)
+            self._top(store, rule, rank, graphs.current, stats, items=members | items if merge else None)
         )
         kept = set(old)
         dropped = [fact for fact in old if fact not in new]
-        added = [fact for fact in new if fact not in kept and not self._in(store, fact, graphs.base)]
+        derived = [fact for fact in new if fact not in kept and not self._in(store, fact, graphs.base)]
         for fact in dropped:
             store.remove(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
         store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.removed) for fact in dropped)
-        store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in added)
-        stats.added += len(added)
+        store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in derived)
+        stats.added += len(derived)
         stats.removed += len(dropped)
-        return added, dropped
+        return derived, dropped
 
     def _rederive(
         self, store: Store, graphs: Graphs, strata: list[_Stratum], candidates: list[Fact], stats: UpdateStats
@@ -677,7 +680,7 @@ class RuleEngine:
             seed = unify(head, fact)
             if seed is None:
                 continue
-            if isinstance(rule.body[0], Rank):
+            if isinstance(rule.body[0], Rank):  # alone in its stratum, so only asked from there
                 if fact in self._top(store, rule, rule.body[0], graphs.current, stats):
                     return True
                 continue
@@ -764,12 +767,14 @@ class RuleEngine:
 
 
 def _readers(strata: list[_Stratum]) -> dict[str | None, tuple[int, ...]]:
-    """By predicate IRI, the strata (levels) with an atom that can match a fact of it; under None,
-    those with an atom whose predicate is a variable (they read every fact)."""
+    """By predicate IRI, the strata (levels) with an atom that can match a fact of it (and a RANK
+    stratum, facts like its heads: an asserted one changes its top); under None, those with an
+    atom whose predicate is a variable (they read every fact)."""
     anywhere = [level for level, stratum in enumerate(strata) if None in stratum.triggers]
     readers: dict[str | None, list[int]] = {None: anywhere}
     for level, stratum in enumerate(strata):
-        for predicate in stratum.triggers:
+        heads = [head.p.value for _, head in stratum.heads if isinstance(head.p, NamedNode)]
+        for predicate in [*stratum.triggers, *(heads if stratum.rank is not None else ())]:
             if predicate is not None:
                 readers.setdefault(predicate, list(anywhere)).append(level)
     return {predicate: tuple(sorted(set(levels))) for predicate, levels in readers.items()}
@@ -813,19 +818,16 @@ def _count(value: Value | None) -> int:
     """A RANK's limit as a number of positions: none when it is not a number."""
     try:
         return max(0, int(float(value.value))) if isinstance(value, Literal) else 0
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or an infinite one
         return 0
 
 
 def _check_ranks(rules: list[Rule]) -> None:
-    """A RANK rule's heads name the item and are its own: its old top is read back from them."""
+    """No other rule derives facts like a RANK rule's heads: its old top is read back from them."""
     for rule in rules:
         if not isinstance(rule.body[0], Rank):
             continue
-        rank = rule.body[0]
         for head in rule.heads:
-            if rank.item not in head.vars:
-                raise RuleSyntaxError(f"{rule.source}: each head of a RANK rule must hold ?{rank.item}")
             if other := next(
                 (o for o in rules if o is not rule and any(unifiable(h, head) for h in o.heads)), None
             ):

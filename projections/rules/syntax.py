@@ -302,6 +302,13 @@ class _Parser:
                 f"{rule.source}: RANK must be the whole body; put conditions inside it, "
                 "or derive them in a rule of their own"
             )
+        if isinstance(rank := rule.body[0], Rank):
+            for head in rule.heads:
+                if rank.item not in head.vars or head.vars - {rank.item, rank.var}:
+                    raise RuleSyntaxError(
+                        f"{rule.source}: a RANK rule's heads hold ?{rank.item} and may hold ?{rank.var}, "
+                        "nothing else (an item's other values need not be those it was ranked by)"
+                    )
 
     def literal(self) -> BodyLiteral:
         if self.peek_word("NOT"):
@@ -437,6 +444,8 @@ class _Parser:
             raise self.error(f"{_names(missing)} must be bound by the RANK's atoms")
         if var in rank.vars:
             raise self.error(f"?{var} is bound by the RANK's atoms: the position needs a variable of its own")
+        if item in _joined(rank.atoms, limit):
+            raise self.error(f"the LIMIT ?{limit} depends on the item ?{item}: it must be one number for all")
         return rank
 
     def variable(self) -> str:
@@ -526,6 +535,18 @@ class _Parser:
             self.pos = m.end()
             return NamedNode(self.program.prefixes[prefix] + (m.group(2) or ""))
         raise self.error("expected a term (?var, <iri>, prefix:name, literal or number)")
+
+
+def _joined(atoms: tuple[Atom, ...], var: str) -> frozenset[str]:
+    """The variables that share an atom with ``var``, directly or through others."""
+    joined, grown = {var}, True
+    while grown:
+        grown = False
+        for atom in atoms:
+            if atom.vars & joined and not atom.vars <= joined:
+                joined |= atom.vars
+                grown = True
+    return frozenset(joined)
 
 
 def _unescape(text: str) -> str:

@@ -48,26 +48,73 @@ def full(engine: RuleEngine, store: Store) -> set[Triple]:
     return out
 
 
+KINDS = ["edge"] * 4 + ["top", "k"]  # mostly edges
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=30))
-def test_recursive_program_incremental_equals_full(ops: list[tuple[bool, int, int]]) -> None:
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(), st.integers(0, 4), st.integers(0, 4), st.sampled_from(["edge"] * 4 + ["top", "k"])
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_recursive_program_incremental_equals_full(ops: list[tuple[bool, int, int, str]]) -> None:
+    """Edges added and removed; now and then a fact like the RANK's heads asserted or retracted, or
+    its limit changed to another number (0 to 4)."""
     engine = RuleEngine(parse_rules(REACH))
+    cfg, k = NamedNode(EX + "cfg"), NamedNode(EX + "k")
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
         store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(5))
-        store.add(Quad(NamedNode(EX + "cfg"), NamedNode(EX + "k"), Literal(2), BASE))
+        store.add(Quad(cfg, k, Literal(2), BASE))
         engine.materialize(store, GRAPHS)
-        for add, a, b in ops:
-            fact = edge(a, b)
-            quad = Quad(fact.subject, fact.predicate, fact.object, BASE)
-            if add and quad not in store:
-                store.add(quad)
-                engine.update(store, GRAPHS, [fact], [])
-            elif not add and quad in store:
-                store.remove(quad)
-                engine.update(store, GRAPHS, [], [fact])
+        for add, a, b, kind in ops:
+            added: list[Triple] = []
+            removed: list[Triple] = []
+            if kind == "k":
+                removed = [q.triple for q in store.quads_for_pattern(cfg, k, None, BASE)]
+                added = [Triple(cfg, k, Literal(b))]
+            else:
+                fact = (
+                    edge(a, b)
+                    if kind == "edge"
+                    else Triple(node(a), NamedNode(EX + "top"), Literal(b % 3 + 1))
+                )
+                (added if add else removed).append(fact)
+            removed = [f for f in removed if Quad(*f, BASE) in store and f not in added]
+            added = [f for f in added if Quad(*f, BASE) not in store]
+            store.extend(Quad(*f, BASE) for f in added)
+            for f in removed:
+                store.remove(Quad(*f, BASE))
+            engine.update(store, GRAPHS, added, removed)
             inferred = {q.triple for q in store.quads_for_pattern(None, None, None, INF)}
-            assert inferred == full(engine, store), f"after {'+' if add else '-'}{a}->{b}"
+            assert inferred == full(engine, store), f"after {kind} {'+' if add else '-'}{a}->{b}"
+        del store
+
+
+def test_a_rank_head_asserted_then_retracted_is_derived_again() -> None:
+    """Inferred facts never repeat asserted ones, so an asserted [n0 :top 1] hides the derived one;
+    retracted (nothing the rank reads changed), the rank derives it again."""
+    engine = RuleEngine(parse_rules(REACH))
+    top = Triple(node(0), NamedNode(EX + "top"), Literal(1))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(tmp)
+        store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(3))
+        store.add(Quad(NamedNode(EX + "cfg"), NamedNode(EX + "k"), Literal(2), BASE))
+        store.extend(Quad(*edge(0, i), BASE) for i in (1, 2))
+        engine.materialize(store, GRAPHS)
+        assert Quad(*top, INF) in store
+        for change in ("assert", "retract"):
+            (store.add if change == "assert" else store.remove)(Quad(*top, BASE))
+            engine.update(
+                store, GRAPHS, [top] if change == "assert" else [], [top] if change == "retract" else []
+            )
+            inferred = {q.triple for q in store.quads_for_pattern(None, None, None, INF)}
+            assert inferred == full(engine, store), f"after the {change}"
+            assert (Quad(*top, INF) in store) == (change == "retract")
         del store
 
 
@@ -147,8 +194,18 @@ def test_syntax_errors_name_file_line_and_problem(text: str, message: str) -> No
 
 def test_a_rank_rule_names_its_item_and_owns_its_heads() -> None:
     body = "RANK([?x, :n, ?y], [:c, :k, ?k] ON ?x BY DESC(?y) AS ?p LIMIT ?k)"
-    with pytest.raises(RuleSyntaxError, match=re.escape("must hold ?x")):
-        RuleEngine(parse_rules(f"PREFIX : <{EX}>\n[:all, :r, ?p] :- {body} ."))
+    with pytest.raises(RuleSyntaxError, match=re.escape("heads hold ?x and may hold ?p, nothing else")):
+        parse_rules(f"PREFIX : <{EX}>\n[:all, :r, ?p] :- {body} .")
+    with pytest.raises(RuleSyntaxError, match=re.escape("heads hold ?x and may hold ?p, nothing else")):
+        parse_rules(f"PREFIX : <{EX}>\n[?x, :r, ?y] :- {body} .")
+    with pytest.raises(RuleSyntaxError, match=re.escape("the LIMIT ?k depends on the item ?x")):
+        parse_rules(
+            f"PREFIX : <{EX}>\n[?x, :r, ?p] :- RANK([?x, :n, ?y], [?x, :k, ?k] ON ?x BY ?y AS ?p LIMIT ?k) ."
+        )
+    with pytest.raises(RuleSyntaxError, match=re.escape("the LIMIT ?k depends on the item ?x")):
+        parse_rules(
+            f"PREFIX : <{EX}>\n[?x, :r, ?p] :- RANK([?x, :s, ?s], [?s, :k, ?k] ON ?x BY ?s AS ?p LIMIT ?k) ."
+        )
     with pytest.raises(RuleSyntaxError, match="heads must be its own"):
         RuleEngine(parse_rules(f"PREFIX : <{EX}>\n[?x, :r, ?p] :- {body} .\n[?x, :r, ?y] :- [?x, :m, ?y] ."))
 
