@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.throughput import produce_all
 from engram.harness import isolated_settings
 from engram.settings import load_settings
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
@@ -75,14 +76,11 @@ def workload(n: int) -> list[dict[str, Any]]:
 
 
 async def produce(settings, events: list[dict[str, Any]]) -> None:
-    from streams.producer import EventProducer
-
     keys = KeyStore(settings.key_store_dir)  # sealed as the API and `engram produce` seal them
-    async with EventProducer(settings) as producer:
-        for start in range(0, len(events), 2000):
-            chunk = events[start : start + 2000]
-            await producer.send_many([seal_event(event_from_json(e), keys) for e in chunk])
-            log.info("produced %d/%d", start + len(chunk), len(events))
+    for start in range(0, len(events), 10_000):
+        chunk = events[start : start + 10_000]
+        await produce_all(settings, [seal_event(event_from_json(e), keys) for e in chunk])
+        log.info("produced %d/%d", start + len(chunk), len(events))
 
 
 class Probe:
@@ -95,14 +93,12 @@ class Probe:
     def apply(self, raw: dict[str, Any]) -> float:
         self.offset += 1
         self.clock_ms += 1000
-        ev = event_from_json({**raw, "tenant": self.graph_tenant})
+        ev = event_from_json(raw)
         started = time.perf_counter()
         outcome = self.graph.apply(ev, Position(self.partition, self.offset, self.clock_ms))
         elapsed = (time.perf_counter() - started) * 1000
         assert outcome.status.name == "APPLIED", outcome
         return elapsed
-
-    graph_tenant = TENANT
 
 
 def top_memory(graph: TenantGraph) -> str:
@@ -139,8 +135,9 @@ def rank_costs(graph: TenantGraph, probes: int) -> dict[str, Any]:
         probe.apply(remembered(f"s{i}", 1))
         old = top_memory(graph)
         body = {"memory_id": old, "superseded_by": f"s{i}"}
-        superseded.append(probe.apply({"type": "MemorySuperseded", "payload": body, "source": "pipeline",
-                                       "actor": ACTOR, "event_id": str(uuid.uuid4())}))  # fmt: skip
+        raw = {"type": "MemorySuperseded", "payload": body, "tenant": TENANT, "source": "pipeline",
+               "actor": ACTOR, "event_id": str(uuid.uuid4())}  # fmt: skip
+        superseded.append(probe.apply(raw))
     return {
         "live_candidates": int(candidates),
         "ms_per_event_median": {

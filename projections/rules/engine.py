@@ -656,13 +656,17 @@ class RuleEngine:
         old = [
             quad.triple for pattern in patterns for quad in store.quads_for_pattern(*pattern, graphs.inferred)
         ]
-        members = {
-            binding[rank.item]
-            for graph in graphs.current
+        asserted = [
+            quad.triple
+            for graph in graphs.base
             for pattern in patterns
             for quad in store.quads_for_pattern(*pattern, graph)
+        ]
+        members = {
+            binding[rank.item]
+            for fact in old + asserted
             for head in rule.heads
-            if (binding := unify(head, quad.triple)) is not None
+            if (binding := unify(head, fact)) is not None
         }
         items = {seed.get(rank.item) for _, seed in fired}
         merge = (
@@ -708,7 +712,7 @@ class RuleEngine:
             seed = unify(head, fact)
             if seed is None:
                 continue
-            if isinstance(rule.body[0], Rank):  # alone in its stratum, so only asked from there
+            if isinstance(rule.body[0], Rank):  # no other rule derives its facts: not reached today
                 if fact in self._top(store, rule, rule.body[0], graphs.current, stats):
                     return True
                 continue

@@ -357,9 +357,8 @@ class _Parser:
             return Negation(tuple(atoms), frozenset(local))
         return Negation((self.atom(),))
 
-    def aggregate(self) -> Aggregate:
-        self.expect_word("AGGREGATE")
-        self.expect("(")
+    def atoms_and_filters(self) -> tuple[list[Atom], list[Filter]]:
+        """The comma-separated atoms and FILTERs inside AGGREGATE(…) or RANK(…)."""
         atoms: list[Atom] = []
         filters: list[Filter] = []
         while True:
@@ -368,8 +367,13 @@ class _Parser:
             else:
                 atoms.append(self.atom())
             if not self.peek(","):
-                break
+                return atoms, filters
             self.pos += 1
+
+    def aggregate(self) -> Aggregate:
+        self.expect_word("AGGREGATE")
+        self.expect("(")
+        atoms, filters = self.atoms_and_filters()
         self.expect_word("ON")
         group = []
         while self.peek("?"):
@@ -407,16 +411,7 @@ class _Parser:
     def rank(self) -> Rank:
         self.expect_word("RANK")
         self.expect("(")
-        atoms: list[Atom] = []
-        filters: list[Filter] = []
-        while True:
-            if self.peek_word("FILTER"):
-                filters.append(self.filter())
-            else:
-                atoms.append(self.atom())
-            if not self.peek(","):
-                break
-            self.pos += 1
+        atoms, filters = self.atoms_and_filters()
         self.expect_word("ON")
         item = self.variable()
         self.expect_word("BY")

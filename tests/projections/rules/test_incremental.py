@@ -76,6 +76,19 @@ def remember(draw: st.DrawFn) -> tuple[str, dict]:
     return "MemoryRemembered", payload
 
 
+def lifecycle(ids: list[str]) -> list[st.SearchStrategy[tuple[str, dict]]]:
+    """A memory of ``ids`` superseded by another, restored, forgotten."""
+    return [
+        st.builds(
+            lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}),
+            st.sampled_from(ids),
+            st.sampled_from(ids),
+        ),
+        st.builds(lambda m: ("MemoryRestored", {"memory_id": m}), st.sampled_from(ids)),
+        st.builds(lambda m: ("MemoryForgotten", {"memory_id": m}), st.sampled_from(ids)),
+    ]
+
+
 OPS = st.one_of(
     remember(),
     st.builds(
@@ -92,13 +105,7 @@ OPS = st.one_of(
         st.sampled_from(IDS),
         st.sampled_from([1.5, 3.0, 5]),
     ),
-    st.builds(
-        lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}),
-        st.sampled_from(IDS),
-        st.sampled_from(IDS),
-    ),
-    st.builds(lambda m: ("MemoryRestored", {"memory_id": m}), st.sampled_from(IDS)),
-    st.builds(lambda m: ("MemoryForgotten", {"memory_id": m}), st.sampled_from(IDS)),
+    *lifecycle(IDS),
     st.builds(
         lambda k, x: ("KpiObserved", {"metric": k, "value": x, "period": "p"}),
         st.sampled_from(["roas", "cpa"]),
@@ -185,13 +192,7 @@ RANK_OPS = st.one_of(
         st.sampled_from(RANKED),
         st.integers(3, 5),
     ),
-    st.builds(
-        lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}),
-        st.sampled_from(RANKED),
-        st.sampled_from(RANKED),
-    ),
-    st.builds(lambda m: ("MemoryRestored", {"memory_id": m}), st.sampled_from(RANKED)),
-    st.builds(lambda m: ("MemoryForgotten", {"memory_id": m}), st.sampled_from(RANKED)),
+    *lifecycle(RANKED),
     st.builds(lambda t: ("ClockTicked", {"now": t}), st.sampled_from(TIMES)),
 )
 
