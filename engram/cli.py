@@ -44,6 +44,29 @@ def _kafka(settings: Settings, args: argparse.Namespace) -> int:
     return 2
 
 
+def _s3(settings: Settings, args: argparse.Namespace) -> int:
+    from streams import s3_local
+
+    match args.action:
+        case "start":
+            took = s3_local.start(settings)
+            url = s3_local.endpoint(settings)
+            print(f"s3 answering on {url} (took {took:.1f}s)")
+            if not settings.s3_endpoint:
+                print(f"engram stores objects in {settings.archive_root}; ENGRAM_S3_ENDPOINT={url} uses this")
+            return 0
+        case "stop":
+            stopped = s3_local.stop(settings)
+            print("s3proxy stopped" if stopped else "no s3proxy of ours was running")
+            return 0
+        case "status":
+            st = s3_local.status(settings)
+            state = "answering" if st.answering else "not answering"
+            print(f"s3 on {st.endpoint}: {state}; pid {st.pid or '-'}")
+            return 0 if st.answering else 1
+    return 2
+
+
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -261,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("tool_args", nargs=argparse.REMAINDER, help="arguments for the tool")
 
+    s3 = sub.add_parser("s3", help="the local S3-compatible server, s3proxy (for tests and CI, no Docker)")
+    s3sub = s3.add_subparsers(dest="action", required=True)
+    s3sub.add_parser("start", help="fetch s3proxy from Maven Central if needed, start (or reuse) it")
+    s3sub.add_parser("stop", help="stop the s3proxy this project started")
+    s3sub.add_parser("status", help="exit 0 if an S3 server answers on the endpoint")
+
     s = sub.add_parser("serve", help="run the API with the projector in one process")
     s.add_argument("--demo", action="store_true", help="seed the demo tenant 'acme' if absent")
 
@@ -319,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(settings.log_level)
     handlers = {
         "kafka": _kafka,
+        "s3": _s3,
         "serve": _serve,
         "produce": _produce,
         "replay": _replay,

@@ -28,8 +28,24 @@ class Settings(BaseSettings):
         "Not on the log, and not in the same backups as it.",
     )
     cache_dir: Path = Field(
-        Path.home() / ".cache" / "engram", description="Kafka jars fetched from Maven Central."
+        Path.home() / ".cache" / "engram", description="Kafka and s3proxy jars fetched from Maven Central."
     )
+    archive_dir: Path | None = Field(
+        None, description="The local object store (when no S3 endpoint is set); DATA_DIR/archive if unset."
+    )
+    s3_endpoint: str | None = Field(
+        None,
+        description="S3-compatible endpoint URL; with s3_bucket, objects go there instead of archive_dir.",
+    )
+    s3_bucket: str = Field("engram", description="Bucket of the object store (created if missing).")
+    s3_access_key: str = Field(
+        "engram", description="S3 access key (the local s3proxy's); empty: boto3's default credentials."
+    )
+    s3_secret_key: str = Field(
+        "engram-secret",
+        description="S3 secret key (the local s3proxy's); empty: boto3's default credentials.",
+    )
+    s3_region: str = Field("us-east-1", description="S3 region the requests are signed for.")
     ontology_dir: Path = Field(REPO / "ontology", description="Turtle ontology and SHACL shapes.")
     rules_dir: Path = Field(REPO / "rules", description="Datalog rules (*.dlog).")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
@@ -111,6 +127,10 @@ class Settings(BaseSettings):
     @property
     def key_store_dir(self) -> Path:
         return self.keys_dir or self.data_dir / "keys"
+
+    @property
+    def archive_root(self) -> Path:
+        return self.archive_dir or self.data_dir / "archive"
 
     def token_secret(self) -> str:
         """The HS256 secret: ENGRAM_AUTH_SECRET, or one made once per data directory (mode 0600)."""

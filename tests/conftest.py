@@ -1,8 +1,8 @@
 """Fixtures every test folder shares.
 
-Real parts: the local Kafka broker (started here if nothing answers, once per session, only for a
-test that asks for it; such tests are marked ``integration``), ``engram serve`` processes, and a
-tenant's on-disk store.
+Real parts: the local Kafka broker and the local S3 server, s3proxy (each started here if nothing
+answers, once per session, only for a test that asks for it; such tests are marked
+``integration``), ``engram serve`` processes, and a tenant's on-disk store.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ import pytest
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
-from streams import kafka_local
+from streams import kafka_local, s3_local
 from streams.topics import ensure_topics
 from tests.tenant import Tenant
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that needs the broker is an integration test (``-m "not integration"`` skips them)."""
+    """A test that needs the broker or s3proxy is an integration test (``-m "not integration"``
+    skips them)."""
     for item in items:
-        if "broker" in getattr(item, "fixturenames", ()):
+        if {"broker", "s3"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 
@@ -36,6 +37,19 @@ def broker() -> Iterator[Settings]:
     yield base
     if not already:
         kafka_local.stop(base)
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[Settings]:
+    """The local S3 server: settings whose ``s3_endpoint`` and keys reach it. Stopped at the end
+    only if this session started it."""
+    base = load_settings()
+    endpoint = s3_local.endpoint(base)
+    already = s3_local.answers(endpoint)
+    s3_local.start(base)
+    yield load_settings(s3_endpoint=endpoint)
+    if not already:
+        s3_local.stop(base)
 
 
 @pytest.fixture

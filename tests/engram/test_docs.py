@@ -12,13 +12,13 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def test_every_setting_is_in_the_configuration_table() -> None:
-    documented = set(re.findall(r"^\| `(ENGRAM_[A-Z_]+)` \|", README, re.M))
+    documented = set(re.findall(r"^\| `(ENGRAM_[A-Z0-9_]+)` \|", README, re.M))
     expected = {f"ENGRAM_{name.upper()}" for name in Settings.model_fields}
     assert documented == expected
 
 
 def test_documented_defaults_match_the_code() -> None:
-    rows = dict(re.findall(r"^\| `(ENGRAM_[A-Z_]+)` \| `([^`]*)` \|", README, re.M))
+    rows = dict(re.findall(r"^\| `(ENGRAM_[A-Z0-9_]+)` \| `([^`]*)` \|", README, re.M))
     defaults = Settings.model_construct()
     for name, shown in rows.items():
         value = getattr(defaults, name.removeprefix("ENGRAM_").lower())
