@@ -162,6 +162,26 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(settings: Settings, args: argparse.Namespace) -> int:
+    """One memory's history from the log: every event that touched it, who, when and why, and its
+    supersession chain (``engram.audit``); exit 1 if the memory never appears."""
+    import json
+
+    from engram.audit import memory_history, render
+
+    history = asyncio.run(memory_history(settings, args.tenant, args.memory_id))
+    if history is None:
+        print(
+            f"engram audit: memory {args.memory_id!r} never appears in tenant {args.tenant!r}'s events",
+            file=sys.stderr,
+        )
+        return 1
+    sys.stdout.write(
+        json.dumps(history, indent=2, ensure_ascii=False) + "\n" if args.json else render(history)
+    )
+    return 0
+
+
 def _rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
     """Both search indexes of a tenant from its graph, with a progress bar (the server must be
     stopped: a store has one opener)."""
@@ -306,6 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--as-of", help="only events the log recorded at or before this ISO time")
     r.add_argument("--out", help="write the N-Quads here instead of stdout")
 
+    au = sub.add_parser(
+        "audit",
+        help="print one memory's history from the log: every event that touched it (when, who, why) "
+        "and its supersession chain",
+    )
+    au.add_argument("tenant")
+    au.add_argument("memory_id", help="the id of the memory whose history to print")
+    au.add_argument("--json", action="store_true", help="print it as JSON instead of a timeline")
+
     ri = sub.add_parser(
         "rebuild-index", help="rebuild a tenant's text and vector indexes from its graph (server stopped)"
     )
@@ -352,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": _serve,
         "produce": _produce,
         "replay": _replay,
+        "audit": _audit,
         "rebuild-index": _rebuild_index,
         "vacuum": _vacuum,
         "schema-history": _schema_history,

@@ -8,9 +8,10 @@ refused with 422, because some of its rules cannot be stated in an OpenAPI docum
 across the Idempotency-Key header and the body's ``event_id``; the ontology's classes and their
 SHACL shapes; ``replaces`` naming an existing memory; a user- or team-scoped memory naming its
 stakeholders). The same for the context's ``after``: a well-formed position that the log does not
-hold (a partition that does not exist, an offset past its end) is a 422; and a memory id that no
-memory has is a 404 (the generator cannot know which ids exist). Every other check, and
-this one for every other operation, runs as shipped.
+hold (a partition that does not exist, an offset past its end) is a 422, as is an events bound or
+cursor that is no time or position, or is on a partition not the tenant's, or ``from`` after ``to``;
+and a memory id that no memory has is a 404 (the generator cannot know which ids exist). Every other
+check, and this one for every other operation, runs as shipped.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
 [[operations]]
 include-method = "GET"
 include-path = ["/v1/tenants/{tenant}/context"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "422"]
+
+[[operations]]
+include-method = "GET"
+include-path = ["/v1/tenants/{tenant}/events"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "422"]
 """
 
