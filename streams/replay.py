@@ -28,9 +28,17 @@ log = logging.getLogger(__name__)
 
 
 async def replay_tenant(
-    settings: Settings, tenant: str, root: Path, *, as_of_ms: int | None = None
+    settings: Settings,
+    tenant: str,
+    root: Path,
+    *,
+    as_of_ms: int | None = None,
+    until_offset: int | None = None,
+    stores: TenantStores | None = None,
 ) -> TenantGraph | None:
-    """Replay ``tenant``'s events (appended at or before ``as_of_ms``) into a store in ``root``.
+    """Replay ``tenant``'s events (appended at or before ``as_of_ms``, at offsets before
+    ``until_offset`` of its partition) into a store in ``root`` (or in ``stores``, when the caller
+    wants its indexes too).
 
     None when no event of the tenant applies (the tenant does not exist at that point).
     """
@@ -40,7 +48,7 @@ async def replay_tenant(
     partitions = await partition_count(settings, settings.events_topic)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))  # a forgotten memory's key is already gone
-    stores = TenantStores(root, knowledge=knowledge, keys=keys)
+    stores = stores or TenantStores(root, knowledge=knowledge, keys=keys)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         enable_auto_commit=False,
@@ -52,6 +60,8 @@ async def replay_tenant(
         tp = TopicPartition(settings.events_topic, partition_for(tenant, partitions))
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
+        if until_offset is not None:
+            end = min(end, until_offset)
         consumer.seek(tp, (await consumer.beginning_offsets([tp]))[tp])
         key, seen, started = tenant.encode(), 0, time.monotonic()
 
