@@ -301,7 +301,8 @@ class MemoryPublic(BaseModel):
     properties: dict[str, PropertyValue]
     source: str
     actor: ActorOut
-    valid_from: str | None
+    valid_from: str | None = Field(description="Valid time: when the belief began to hold")
+    valid_to: str | None = Field(description="When it stopped holding: its superseder's valid_from")
     recorded_at: str | None
     updated_at: str | None
     superseded_by: str | None
@@ -375,6 +376,9 @@ class RecallRequest(EdgeModel):
     )
     min_importance: Int = Field(2, ge=1, le=5, description="Least importance tier (default Low)")
     min_confidence: Float = Field(0.0, ge=0, le=1)
+    valid_at: Timestamp | None = Field(
+        None, description="Valid time: recall among the memories that held then (superseded since or not)"
+    )
     fusion: Fusion = Field(
         "default",
         description="default: min-max fused BM25 + vector, blended with recency and forgetting, x confidence "

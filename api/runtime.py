@@ -17,6 +17,7 @@ from engram.settings import Settings
 from projections.knowledge import load_knowledge
 from projections.progress import Progress
 from projections.stores import TenantStores
+from streams.asof import AsOfProjections
 from streams.embedder import Embedder, HashingEmbedder, load_embedder
 from streams.embedding_worker import EmbeddingWorker
 from streams.indexer import Indexer
@@ -44,6 +45,7 @@ class Runtime:
     lag: LagMonitor
     commands: Commands
     query_worker: EmbeddingWorker | None = None
+    past: AsOfProjections | None = None  # as_of reads: tenants replayed to a point of system time
     recent_queries: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
 
     def query_vector(self, text: str | None) -> PendingVector:
@@ -131,6 +133,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
         else None,
     )
+    runtime.past = AsOfProjections(settings, knowledge, (embedder.name, embedder.dim))
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
     await runtime.lag.start()
@@ -147,3 +150,4 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if runtime.query_worker is not None:
             runtime.query_worker.close()
         stores.close()
+        runtime.past.close()

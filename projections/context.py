@@ -26,6 +26,7 @@ from projections.vector_index import QueryVector, resolve
 from projections.visibility import (
     MemoryFacts,
     Principal,
+    held_at,
     inferred_by_name,
     local_name,
     memory_facts,
@@ -44,6 +45,7 @@ RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
 class ContextOptions:
     confidence_floor: float
     count_tokens: Callable[[str], int]
+    valid_at: datetime | None = None  # valid time: the memories that held then, not the live bundle
 
 
 _LABELS: dict[str, dict[str, str]] = {}
@@ -129,6 +131,18 @@ def _top_tier_ids(graph: TenantGraph, indexes: TenantIndexes | None, who: Princi
     return list(dict.fromkeys(ids))
 
 
+def _held_top_tier_ids(graph: TenantGraph, when: datetime) -> list[str]:
+    """Every top-tier memory that held in the world at ``when`` (valid time). The live-context cap
+    is a guardrail on the present bundle (a rule against the clock); at another time the bundle
+    holds every top-tier memory that held then."""
+    ids = [
+        memory_id_of(q.subject)  # type: ignore[arg-type]
+        for level in range(TOP_TIER, max(v.Importance) + 1)
+        for q in graph.store.quads_for_pattern(None, e("importance"), Literal(level), ASSERTED)
+    ]
+    return [i for i in ids if held_at(graph, i, when)]
+
+
 def _seconds_apart(a: str | None, b: str | None) -> float | None:
     if not a or not b:
         return None
@@ -205,16 +219,20 @@ def snapshot(graph: TenantGraph) -> dict[str, Any]:
             if q.predicate != RDF_TYPE
         }
 
-    kpis = [
-        node_values(q.object) for q in graph.store.quads_for_pattern(COMPANY, e("hasKpi"), None, ASSERTED)
-    ]
-    spend = [
-        node_values(q.object) for q in graph.store.quads_for_pattern(COMPANY, e("hasSpend"), None, ASSERTED)
-    ]
+    def current(has: str) -> list[dict[str, Any]]:
+        """The current observation of each series (rules/observations.dlog), not the backfills."""
+        nodes = (q.object for q in graph.store.quads_for_pattern(COMPANY, e(has), None, ASSERTED))
+        return [
+            node_values(n)
+            for n in nodes
+            if next(graph.store.quads_for_pattern(n, RDF_TYPE, e("CurrentObservation"), INFERRED), None)
+        ]
+
+    kpis, spend = current("hasKpi"), current("hasSpend")
     now = [q.object.value for q in graph.store.quads_for_pattern(CLOCK, e("now"), None, ASSERTED)]
     return {
         "kpis": sorted(kpis, key=lambda k: str(k.get("metric"))),
-        "spend": sorted(spend, key=lambda s: str(s.get("platform"))),
+        "spend": sorted(spend, key=lambda s: (str(s.get("platform")), str(s.get("series")))),
         "clock": now[0] if now else None,
     }
 
@@ -230,17 +248,19 @@ def build_context(
     items: list[dict[str, Any]] = []
     keys: dict[str, set[str]] = {}
     pairs: set[tuple[str, str]] = set()
-    for memory_id in _top_tier_ids(graph, indexes, who):
+    at = options.valid_at
+    ids = _top_tier_ids(graph, indexes, who) if at is None else _held_top_tier_ids(graph, at)
+    for memory_id in ids:
         lean = (
             indexes.candidate(memory_id) if indexes is not None else memory_facts(graph, memory_id, lean=True)
         )
-        if lean is None or not lean.active or lean.expired or not lean.visible_to(who):
+        if lean is None or (at is None and (not lean.active or lean.expired)) or not lean.visible_to(who):
             continue
         if lean.importance < TOP_TIER or lean.confidence < options.confidence_floor:
             continue
         m = indexes.display(lean) if indexes is not None else with_display(graph, lean)
         derived = indexes.derived(m.id) if indexes is not None else inferred_by_name(graph, m.id)
-        if m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:
+        if at is None and m.scope == "company" and v.ENGRAM + "LiveContext" not in m.classes:
             continue
         keys[m.id] = {t.value for t in derived.get("conflictKey", [])}
         pairs |= {(m.id, memory_id_of(t)) for t in derived.get("conflictsWith", [])}

@@ -36,6 +36,7 @@ from schemas import payloads as ev
 from schemas import vocabulary as v
 from schemas.checks import Conflict, InvalidEvent, parse_time
 from schemas.events import Event, Position
+from schemas.periods import Period, parse_period
 from schemas.sealing import ERASED
 
 
@@ -217,7 +218,9 @@ def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
     if event.purpose:
         b.add(m, e("purpose"), Literal(event.purpose))
     if p.replaces:
-        b.replace(b.existing(p.replaces), e("supersededBy"), m)
+        old = b.existing(p.replaces)
+        b.replace(old, e("supersededBy"), m)
+        b.replace(old, e("validTo"), time_literal(event.occurred_at))
 
 
 @planner(ev.MemoryRevised)
@@ -236,6 +239,8 @@ def _revised(b: Builder, p: ev.MemoryRevised) -> None:
 def _superseded(b: Builder, p: ev.MemorySuperseded) -> None:
     old, new = b.existing(p.memory_id), b.existing(p.superseded_by)
     b.replace(old, e("supersededBy"), new)
+    # valid time: the old belief held until the new one began to
+    b.replace(old, e("validTo"), next(iter(b.state.objects(new, e("validFrom"))), None))
     b.touch(old)
 
 
@@ -245,6 +250,7 @@ def _restored(b: Builder, p: ev.MemoryRestored) -> None:
     if not b.state.objects(m, e("supersededBy")):
         raise InvalidEvent(f"memory {p.memory_id} is not superseded; nothing to restore")
     b.clear(m, e("supersededBy"))
+    b.clear(m, e("validTo"))  # it holds again, open-ended
     b.touch(m)
 
 
@@ -291,29 +297,42 @@ def _released(b: Builder, p: ev.LegalHoldReleased) -> None:
     b.touch(m)
 
 
+def _observation(b: Builder, node: NamedNode, series: str, period: Period) -> None:
+    """What every observation has: its series (the observations of one thing, over periods) and
+    its period as an interval of valid time; the rules pick the current one against the clock."""
+    b.add(node, e("series"), Literal(series))
+    b.add(node, e("period"), Literal(period.label))
+    b.add(node, e("periodKind"), Literal(period.kind))
+    b.replace(node, e("periodStart"), time_literal(period.start))  # unspecified: when observed
+    b.replace(node, e("periodEnd"), time_literal(period.end))
+    b.replace(node, e("observedAt"), time_literal(b.event.occurred_at))
+
+
 @planner(ev.KpiObserved)
 def _kpi(b: Builder, p: ev.KpiObserved) -> None:
-    k = kpi_iri(p.metric)
+    """A KPI's series is its metric: a target is judged on the latest period, whatever its kind."""
+    k = kpi_iri(p.metric, p.period)
     b.add(COMPANY, RDF_TYPE, e("Company"))
     b.add(COMPANY, e("hasKpi"), k)
     b.add(k, RDF_TYPE, e("Kpi"))
     b.add(k, e("metric"), Literal(p.metric))
     b.replace(k, e("value"), value_literal(float(p.value)))
-    b.replace(k, e("period"), Literal(p.period))
-    b.replace(k, e("observedAt"), time_literal(b.event.occurred_at))
+    _observation(b, k, f"kpi/{p.metric}", parse_period(p.period, b.event.occurred_at))
 
 
 @planner(ev.SpendObserved)
 def _spend(b: Builder, p: ev.SpendObserved) -> None:
-    s = spend_iri(p.platform)
+    """Spend's series is per platform, currency and kind of period: a monthly cap is compared with
+    this month's spend to date, never with this week's."""
+    s = spend_iri(p.platform, p.currency, p.period)
+    period = parse_period(p.period, b.event.occurred_at)
     b.add(COMPANY, RDF_TYPE, e("Company"))
     b.add(COMPANY, e("hasSpend"), s)
     b.add(s, RDF_TYPE, e("Spend"))
     b.add(s, e("platform"), Literal(p.platform))
+    b.add(s, e("currency"), Literal(p.currency))
     b.replace(s, e("amount"), value_literal(float(p.amount)))
-    b.replace(s, e("currency"), Literal(p.currency))
-    b.replace(s, e("period"), Literal(p.period))
-    b.replace(s, e("observedAt"), time_literal(b.event.occurred_at))
+    _observation(b, s, f"spend/{p.platform}/{p.currency}/{period.kind}", period)
 
 
 @planner(ev.ClockTicked)

@@ -22,7 +22,7 @@ from typing import Literal
 from projections.indexes import TenantIndexes
 from projections.ontology import Ontology
 from projections.vector_index import QueryVector, resolve
-from projections.visibility import MemoryFacts, Principal
+from projections.visibility import MemoryFacts, Principal, held_at
 from schemas import vocabulary as v
 
 Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
@@ -45,6 +45,7 @@ class RecallQuery:
     min_importance: int = 2
     min_confidence: float = 0.0
     fusion: Fusion = "default"
+    valid_at: datetime | None = None  # valid time: memories that held then, superseded since or not
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,7 @@ class Hit:
 
 def eligible(m: MemoryFacts, query: RecallQuery, who: Principal) -> bool:
     return (
-        m.active
-        and not m.expired
+        (query.valid_at is not None or (m.active and not m.expired))  # else: held_at, in search
         and m.importance >= query.min_importance
         and m.confidence >= query.min_confidence
         and (not query.kinds or m.kind in query.kinds)
@@ -231,6 +231,8 @@ def search(
                 )
         found = indexes.candidates(dict.fromkeys([*bm25, *vector]))
         candidates = [f for f in found if eligible(f, query, who)]
+        if query.valid_at is not None:
+            candidates = [f for f in candidates if held_at(indexes.graph, f.id, query.valid_at)]
         if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
             break
         pool *= 4  # most candidates were not eligible: look deeper

@@ -45,12 +45,14 @@ def memory_iri(memory_id: str) -> NamedNode:
     return NamedNode(f"urn:engram:memory:{memory_id}")
 
 
-def kpi_iri(metric: str) -> NamedNode:
-    return NamedNode(f"urn:engram:kpi:{metric}")
+def kpi_iri(metric: str, period: str) -> NamedNode:
+    """One node per metric and period: a correction of the period replaces its value, another
+    period is another node (the rules decide which one is current)."""
+    return NamedNode(f"urn:engram:kpi:{metric}:{period}")
 
 
-def spend_iri(platform: str) -> NamedNode:
-    return NamedNode(f"urn:engram:spend:{platform}")
+def spend_iri(platform: str, currency: str, period: str) -> NamedNode:
+    return NamedNode(f"urn:engram:spend:{platform}:{currency}:{period}")
 
 
 def user_iri(user_id: str) -> NamedNode:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pyoxigraph import Literal, NamedNode
@@ -132,6 +133,28 @@ def memory_facts(graph: TenantGraph, memory_id: str, *, lean: bool = False) -> M
         actor_role=one.get("actorRole"),
         valid_from=one.get("validFrom"),
         recorded_at=one.get("recordedAt"),
+    )
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def held_at(graph: TenantGraph, memory_id: str, when: datetime) -> bool:
+    """Whether a memory held in the world at ``when`` (valid time): ``when`` is inside
+    [validFrom, validTo), before its expiry, and the memory is not forgotten (erased for good)."""
+    m = memory_iri(memory_id)
+
+    def one(name: str) -> str | None:
+        return next((q.object.value for q in graph.store.quads_for_pattern(m, e(name), None, ASSERTED)), None)
+
+    start, end, expires = one("validFrom"), one("validTo"), one("expiresAt")
+    return (
+        start is not None
+        and one("forgotten") is None
+        and _instant(start) <= when
+        and (end is None or when < _instant(end))
+        and (expires is None or when < _instant(expires))
     )
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas import vocabulary as v
+from schemas.periods import parse_period
 
 
 class InvalidEvent(ValueError):
@@ -131,6 +132,12 @@ class Problems:
         try:
             parse_time(value, what)
         except InvalidEvent as exc:
+            self.reasons.append(str(exc))
+
+    def period(self, value: Any) -> None:
+        try:
+            parse_period(value, datetime.now(UTC))
+        except ValueError as exc:
             self.reasons.append(str(exc))
 
     def raise_if_any(self) -> None:

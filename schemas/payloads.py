@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Self
 from schemas import ENVELOPE_FILE, avro_dir
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent, Problems, parse_time, show
+from schemas.periods import UNSPECIFIED
 
 FLOAT32_MAX = 3.4028234663852886e38  # an Avro float; beyond it a component would be stored as inf
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c1a52-58a9-4f55-9d0e-0b1b8f4f2a11")
@@ -349,12 +350,13 @@ class MemoryForgotten(MemoryEvent):
 class KpiObserved(Payload):
     metric: str
     value: float
-    period: str = "unspecified"
+    period: str = UNSPECIFIED
 
     @classmethod
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
         c.name(p.get("metric"), "metric")
         c.number(p.get("value"), "value")
+        c.period(p.get("period", UNSPECIFIED))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,7 +364,7 @@ class SpendObserved(Payload):
     platform: str
     amount: float
     currency: str
-    period: str = "unspecified"
+    period: str = UNSPECIFIED
 
     @classmethod
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
@@ -371,6 +373,7 @@ class SpendObserved(Payload):
             v.full_match(v.CURRENCY_RE, p.get("currency")), "currency must be an ISO-4217 code such as USD"
         )
         c.number(p.get("amount"), "amount", 0)
+        c.period(p.get("period", UNSPECIFIED))
 
 
 @dataclass(frozen=True, kw_only=True)

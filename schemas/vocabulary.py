@@ -104,8 +104,8 @@ MEMORY_PREDICATES: Final = frozenset(
     {
         "memoryId", "rememberedBy", "label", "content", "kind", "scope", "stakeholderUser",
         "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source", "actor",
-        "actorRole", "validFrom", "recordedAt", "updatedAt", "changedBy", "supersededBy", "forgotten",
-        "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose", "legalHold",
+        "actorRole", "validFrom", "validTo", "recordedAt", "updatedAt", "changedBy", "supersededBy",
+        "forgotten", "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose", "legalHold",
     }
 )  # fmt: skip
 

@@ -12,16 +12,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 
 from api.deps import (
+    AsOfParam,
     Commands,
     CurrentPrincipal,
+    CurrentRuntime,
     IdempotencyKey,
     TenantId,
     TenantStore,
+    ValidAt,
     get_principal,
     not_found,
+    past_stores,
     write_attribution,
 )
-from api.errors import responses
+from api.errors import problem, responses
 from api.models import (
     CLASS_PATTERN,
     Accepted,
@@ -40,7 +44,7 @@ from projections.explain import derived_for_memory, inferred_about
 from projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
 from projections.tenant_graph import TenantGraph
 from projections.terms import memory_iri
-from projections.visibility import Principal, may_see_memory
+from projections.visibility import Principal, held_at, may_see_memory
 from schemas import vocabulary as v
 
 router = APIRouter(
@@ -55,18 +59,26 @@ MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A
 
 @router.get("", response_model=MemoriesPublic, responses=responses(422))
 async def list_memories(
+    tenant: TenantId,
     graph: TenantStore,
+    runtime: CurrentRuntime,
     who: CurrentPrincipal,
     kind: Kind | None = None,
     scope: Scope | None = None,
     memory_class: Annotated[str | None, Query(alias="class", max_length=1024, pattern=CLASS_PATTERN)] = None,
     active: bool | None = None,
+    valid_at: ValidAt = None,
+    as_of: AsOfParam = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> MemoriesPublic:
+    if as_of is not None:
+        graph = (await past_stores(runtime, tenant, as_of)).graph
     if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
         return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
+    if valid_at is not None:
+        ids = [i for i in ids if held_at(graph, i, valid_at)]
     if who.sees_everything:  # every memory: read only the page
         count, page = len(ids), [get_memory(graph, i) for i in ids[offset : offset + limit]]
     else:  # each memory is read once, to decide whether it is seen, and the page is taken from those
@@ -96,10 +108,25 @@ def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
 
 
 @router.get("/{memory_id}", response_model=MemoryPublic, responses=responses(404, 422))
-async def read_memory(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> MemoryPublic:
-    """One memory with its derived statuses, each explained by its rule and inputs."""
+async def read_memory(
+    tenant: TenantId,
+    graph: TenantStore,
+    runtime: CurrentRuntime,
+    who: CurrentPrincipal,
+    memory_id: MemoryId,
+    valid_at: ValidAt = None,
+    as_of: AsOfParam = None,
+) -> MemoryPublic:
+    """One memory with its derived statuses, each explained by its rule and inputs; with
+    ``valid_at``, 404 unless it held then; with ``as_of``, as the system knew it then."""
+    if as_of is not None:
+        graph = (await past_stores(runtime, tenant, as_of)).graph
     found = visible(graph, memory_id, who)
     assert graph is not None
+    if valid_at is not None and not held_at(graph, memory_id, valid_at):
+        held = f"from {found['valid_from']}" + (f" to {found['valid_to']}" if found["valid_to"] else "")
+        raise problem(404, f"memory {memory_id} did not hold at {valid_at.isoformat()}: it held {held}",
+                      ["query", "valid_at"])  # fmt: skip
     return with_derived(graph, found)
 
 

@@ -9,7 +9,16 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.deps import CurrentPrincipal, CurrentRuntime, SearchStore, TenantId, get_principal
+from api.deps import (
+    AsOfParam,
+    CurrentPrincipal,
+    CurrentRuntime,
+    SearchStore,
+    TenantId,
+    ValidAt,
+    get_principal,
+    past_stores,
+)
 from api.errors import problem, responses
 from api.models import (
     CLASS_PATTERN,
@@ -31,6 +40,8 @@ from projections.recall import RecallQuery, class_weights, recall
 from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
 from schemas import vocabulary as v
+from schemas.checks import parse_time
+from streams.asof import AsOf
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",
@@ -45,15 +56,20 @@ def _timing(response: Response, **phases: float) -> None:
     response.headers["Server-Timing"] = ", ".join(f"{k};dur={ms:.2f}" for k, ms in phases.items())
 
 
-def _recall(
+async def _recall(
     runtime: Runtime,
     tenant: str,
     graph: TenantGraph | None,
     body: RecallRequest,
     who: Principal,
     response: Response,
+    as_of: AsOf | None,
 ) -> RecallAnswer:
-    indexes = runtime.stores.indexes(tenant) if graph is not None else None
+    stores = runtime.stores
+    if as_of is not None:
+        past = await past_stores(runtime, tenant, as_of)
+        graph, stores = past.graph, past.stores
+    indexes = stores.indexes(tenant) if graph is not None else None
     if indexes is None:
         return RecallAnswer(data=[], tokens=0)
     started = time.perf_counter()
@@ -67,8 +83,9 @@ def _recall(
         min_importance=body.min_importance,
         min_confidence=body.min_confidence,
         fusion=body.fusion,
+        valid_at=parse_time(body.valid_at, "valid_at") if body.valid_at is not None else None,
     )
-    knowledge = runtime.stores.knowledge
+    knowledge = stores.knowledge
     hits = recall(
         indexes,
         query,
@@ -106,10 +123,11 @@ async def recall_post(
     runtime: CurrentRuntime,
     who: CurrentPrincipal,
     response: Response,
+    as_of: AsOfParam = None,
 ) -> RecallAnswer:
     """Structurally eligible memories (visible, active, not expired, importance ≥ 2 by default),
     ranked by BM25 and vector similarity fused, with recency and forgetting, best first."""
-    return _recall(runtime, tenant, graph, body, who, response)
+    return await _recall(runtime, tenant, graph, body, who, response, as_of)
 
 
 @router.get("/recall", response_model=RecallAnswer, responses=responses(422))
@@ -130,6 +148,8 @@ async def recall_get(
     min_importance: Annotated[int, Query(ge=1, le=5)] = 2,
     min_confidence: Annotated[float, Query(ge=0, le=1, allow_inf_nan=False)] = 0.0,
     fusion: Fusion = "default",
+    valid_at: ValidAt = None,
+    as_of: AsOfParam = None,
 ) -> RecallAnswer:
     """The same as ``POST …/recall``, with the request's fields as query parameters."""
     fields: dict[str, Any] = {
@@ -148,7 +168,8 @@ async def recall_get(
         raise RequestValidationError(
             [{**err, "loc": ("query", *err["loc"])} for err in exc.errors()]
         ) from exc
-    return _recall(runtime, tenant, graph, body, who, response)
+    body = body.model_copy(update={"valid_at": valid_at})
+    return await _recall(runtime, tenant, graph, body, who, response, as_of)
 
 
 Position = Annotated[
@@ -169,6 +190,8 @@ async def context(
     response: Response,
     q: Annotated[str | None, Query(max_length=QUERY_MAX)] = None,
     after: Position = None,
+    valid_at: ValidAt = None,
+    as_of: AsOfParam = None,
 ) -> ContextAnswer:
     """What an agent pre-loads each turn: every top-tier memory the principal may see, whatever
     ``q`` says, grouped in blocks (ordered by similarity to ``q``), with statuses, conflicts, the
@@ -188,7 +211,10 @@ async def context(
                     f"position {after} not handled within {runtime.settings.wait_timeout_s}s",
                     ["query", "after"],
                 )
-    graph = runtime.stores.get(tenant)  # after waiting, the tenant may exist now
+    stores = runtime.stores
+    if as_of is not None:
+        stores = (await past_stores(runtime, tenant, as_of)).stores
+    graph = stores.get(tenant)  # after waiting, the tenant may exist now
     if graph is None:
         empty = {
             "blocks": [],
@@ -199,10 +225,10 @@ async def context(
         return ContextAnswer(**empty, text="# Memory context\n", tokens=0)
     started = time.perf_counter()
     vector = runtime.query_vector(q)  # embedded while the bundle is read from the graph
-    options = ContextOptions(runtime.settings.context_confidence_floor, runtime.embedder.count_tokens)
-    built = build_context(
-        graph, runtime.stores.indexes(tenant), who, vector, runtime.stores.knowledge.ontology, options
+    options = ContextOptions(
+        runtime.settings.context_confidence_floor, runtime.embedder.count_tokens, valid_at=valid_at
     )
+    built = build_context(graph, stores.indexes(tenant), who, vector, stores.knowledge.ontology, options)
     _timing(response, embed=vector.ms, total=(time.perf_counter() - started) * 1e3)
     return ContextAnswer(**built)
 

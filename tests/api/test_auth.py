@@ -144,7 +144,7 @@ def test_engram_token_mints_what_the_server_accepts(
 
 WHO = {"source": "operator"}
 MEMORY = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3}
-KPI = {**WHO, "metric": "roas", "value": 1.0, "period": "p"}
+KPI = {**WHO, "metric": "roas", "value": 1.0, "period": "2026-11"}
 SAMS = {**MEMORY, "scope": "user", "stakeholders": {"user_id": "sam"}}
 ANNS = {**MEMORY, "scope": "user", "stakeholders": {"user_id": "ann"}}
 AS_DANA = {**MEMORY, "actor": {"id": "dana", "role": "operator"}}

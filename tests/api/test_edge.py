@@ -354,8 +354,8 @@ def test_every_rule_has_an_explanation_naming_only_its_variables() -> None:
     ("path", "unknown"),
     [
         ("/v1/tenants/acme/memories?kynd=fact", "kynd"),
-        ("/v1/tenants/acme/recall?q=x&as_of=2026-06-01", "as_of"),
-        ("/v1/tenants/acme/context?q=x&valid_at=2026-06-01", "valid_at"),
+        ("/v1/tenants/acme/recall?q=x&asof=2026-06-01", "asof"),
+        ("/v1/tenants/acme/context?q=x&valid_on=2026-06-01", "valid_on"),
         ("/v1/tenants/acme/memories/m1?user=bob", "user"),
         ("/healthz?verbose=1", "verbose"),
     ],

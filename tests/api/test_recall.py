@@ -7,8 +7,10 @@ production.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,10 @@ def test_blocks_order_statuses_and_live_data(rserver: tuple[Server, Settings]) -
             "metric": "roas",
             "value": 2.7,
             "period": "2026-11",
+            "periodKind": "month",
+            "periodStart": "2026-11-01T00:00:00Z",
+            "periodEnd": "2026-12-01T00:00:00Z",
+            "series": "kpi/roas",
             "observedAt": ctx["snapshot"]["kpis"][0]["observedAt"],
         }
     ]
@@ -325,6 +331,122 @@ def test_a_superseded_memory_never_appears(rserver: tuple[Server, Settings]) -> 
     assert ids_in(context(srv, t, q="meta")) == ["new"]
     got = srv.http.get(f"{srv.url}/v1/tenants/{t}/recall", params={"q": "30k", "limit": 10}).json()["data"]
     assert all(h["id"] != "old" for h in got)
+
+
+def test_valid_at_answers_from_the_validity_intervals(rserver: tuple[Server, Settings]) -> None:
+    """Superseded on 1 March: asked at a valid time before, list, get, recall and context answer
+    with the old belief; after, with the new one; before either held, with neither."""
+    srv, _ = rserver
+    t = tenant()
+    write(srv, t, memory_id="old", label="Meta cap", content="Max $30k/month on Meta", importance=5,
+          occurred_at="2026-01-01T00:00:00Z")  # fmt: skip
+    write(srv, t, memory_id="new", label="Meta cap", content="Max $45k/month on Meta", importance=5,
+          replaces="old", occurred_at="2026-03-01T00:00:00Z")  # fmt: skip
+    base = f"{srv.url}/v1/tenants/{t}"
+    old = srv.http.get(f"{base}/memories/old").json()
+    assert (old["valid_from"], old["valid_to"]) == ("2026-01-01T00:00:00Z", "2026-03-01T00:00:00Z")
+    assert srv.http.get(f"{base}/memories/new").json()["valid_to"] is None
+    for at, expected in [
+        ("2025-12-31T23:59:59Z", []),
+        ("2026-01-01", ["old"]),  # a date is midnight UTC
+        ("2026-02-28T23:59:59.999+00:00", ["old"]),
+        ("2026-03-01T00:00:00Z", ["new"]),  # validity is half-open: [valid_from, valid_to)
+        ("2026-03-01T01:00:00+01:00", ["new"]),
+        ("2030-01-01T00:00:00Z", ["new"]),
+    ]:
+        listed = srv.http.get(f"{base}/memories", params={"valid_at": at}).json()
+        assert [m["id"] for m in listed["data"]] == expected and listed["count"] == len(expected), at
+        for memory_id in ("old", "new"):
+            got = srv.http.get(f"{base}/memories/{memory_id}", params={"valid_at": at})
+            assert got.status_code == (200 if memory_id in expected else 404), (at, memory_id, got.text)
+        assert [h["id"] for h in recall(srv, t, q="Meta cap per month", valid_at=at)] == expected, at
+        hits = srv.http.get(f"{base}/recall", params={"q": "Meta cap", "valid_at": at}).json()["data"]
+        assert [h["id"] for h in hits] == expected, at
+        assert ids_in(context(srv, t, q="meta", valid_at=at)) == expected, at
+    gone = srv.http.get(f"{base}/memories/old", params={"valid_at": "2026-03-02T00:00:00Z"}).json()
+    assert (
+        "did not hold at 2026-03-02T00:00:00+00:00: it held from 2026-01-01T00:00:00Z to 2026-03-01"
+        in str(gone)
+    )
+    for path in ("memories", "memories/old", "context"):
+        # percent-encoded as sent: a lone surrogate's UTF-8 bytes, a trailing newline, and so on
+        for bad in (
+            "yesterday",
+            "2026-13-01",
+            "%ED%B0%80",
+            "9" * 70,
+            "NaN",
+            "2026-01-01T00:00:00Z%0A",
+            "",
+            "%00",
+        ):
+            r = srv.http.get(f"{base}/{path}?valid_at={bad}")
+            assert r.status_code == 422 and "valid_at" in r.text, (path, bad, r.text)
+
+
+def test_as_of_answers_as_the_live_reads_did_then(rserver: tuple[Server, Settings]) -> None:
+    """Record the live answers of a sequence of reads while events arrive, then ask ``as_of``
+    each of those moments (a log position, and a time): the answers are the same. Recall's score
+    and its recency and forgetting signals are left out: they are computed against the clock of
+    the read, which is not the replay's."""
+    srv, _ = rserver
+    t = tenant()
+    base = f"{srv.url}/v1/tenants/{t}"
+
+    def reads(**params: str) -> dict[str, Any]:
+        listed = srv.http.get(f"{base}/memories", params=params).json()
+        r = srv.http.post(f"{base}/recall", params=params, json={"q": "Meta cap spend month"})
+        assert r.status_code == 200, r.text
+        hits = r.json()["data"]
+        for h in hits:
+            del h["score"], h["signals"]["recency"], h["signals"]["forgetting"]
+        return {
+            "list": listed,
+            "get": {
+                m["id"]: srv.http.get(f"{base}/memories/{m['id']}", params=params).json()
+                for m in listed["data"]
+            },
+            "recall": hits,
+            "context": context(srv, t, q="meta", **params),
+        }
+
+    steps: list[dict[str, Any]] = [
+        {"memory_id": "old", "label": "Meta cap", "content": "Max $30k/month on Meta", "importance": 5},
+        {
+            "memory_id": "tone",
+            "label": "Tone",
+            "content": "Friendly, no jargon",
+            "importance": 4,
+            "kind": "preference",
+        },
+        {
+            "memory_id": "new",
+            "label": "Meta cap",
+            "content": "Max $45k/month on Meta",
+            "importance": 5,
+            "replaces": "old",
+        },
+    ]
+    moments = []
+    for body in steps:
+        at = write(srv, t, **body)
+        moments.append((f"{at['partition']}:{at['offset']}", reads()))
+    r = srv.http.post(f"{base}/kpis", params={"wait": "true"},
+                      json={**OPERATOR, "metric": "roas", "value": 2.5, "period": "2026-11"})  # fmt: skip
+    assert r.status_code == 202, r.text
+    moments.append((f"{r.json()['partition']}:{r.json()['offset']}", reads()))
+    time.sleep(0.05)
+    when = datetime.now(UTC).isoformat()
+    moments.append((when, reads()))
+    write(srv, t, memory_id="later", label="Later", content="Written after every moment", importance=5)
+    for as_of, live in moments:
+        assert reads(as_of=as_of) == live, as_of
+    assert reads() != moments[-1][1]  # the present has moved on
+    home = int(moments[0][0].split(":")[0])
+    for bad, reason in [(f"{home + 1}:0", "partition"), ("yesterday", "ISO-8601"), ("1:x", "ISO-8601")]:
+        r = srv.http.get(f"{base}/memories", params={"as_of": bad})
+        assert r.status_code == 422 and reason in r.text and "as_of" in r.text, (bad, r.text)
+    assert srv.http.get(f"{base}/memories", params={"as_of": "2000-01-01T00:00:00Z"}).json()["count"] == 0
 
 
 def test_recall_refuses_bad_input_with_a_reason(rserver: tuple[Server, Settings]) -> None:

@@ -10,8 +10,10 @@ SHACL shapes; ``replaces`` naming an existing memory; a user- or team-scoped mem
 stakeholders). The same for the context's ``after``: a well-formed position that the log does not
 hold (a partition that does not exist, an offset past its end) is a 422, as is an events bound or
 cursor that is no time or position, or is on a partition not the tenant's, or ``from`` after ``to``;
-and a memory id that no memory has is a 404 (the generator cannot know which ids exist). Every other
-check, and this one for every other operation, runs as shipped.
+and a memory id that no memory has is a 404 (the generator cannot know which ids exist). An
+``as_of`` (on the reads) that is no time or position, or a position on another partition than the
+tenant's, is a 422 too; and a query string past the header limit is a 431, a refusal like any
+other. Every other check, and this one for every other operation, runs as shipped.
 """
 
 from __future__ import annotations
@@ -66,8 +68,15 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
 
 [[operations]]
 include-method = "GET"
-include-path = ["/v1/tenants/{tenant}/context"]
+include-path = [
+  "/v1/tenants/{tenant}/context",
+  "/v1/tenants/{tenant}/recall",
+  "/v1/tenants/{tenant}/memories",
+]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "422"]
+checks.negative_data_rejection.expected-statuses = [
+  "400", "401", "403", "404", "405", "406", "409", "415", "422", "428", "429", "431",
+]
 
 [[operations]]
 include-method = "GET"

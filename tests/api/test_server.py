@@ -100,7 +100,7 @@ def test_kpi_write_is_projected(server: Server) -> None:
         )
         assert r.status_code == 202 and r.json()["applied"], r.text
     nq = server.http.get(f"{server.url}/v1/tenants/acme/graph").text
-    assert '<urn:engram:kpi:roas> <https://engram.dev/ns#value> "3.2"' in nq
+    assert '<urn:engram:kpi:roas:2026-12> <https://engram.dev/ns#value> "3.2"' in nq
     assert '"2.7"' not in nq
 
 
@@ -161,8 +161,11 @@ async def _poison_then_good(settings: Settings) -> list[tuple[bytes | None, byte
     )
     records = [
         (b"acme", b"\x00garbage"),
-        (b"\xff\xfe", codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))),
-        (b"other", codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))),
+        (
+            b"\xff\xfe",
+            codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "2026-11"})),
+        ),
+        (b"other", codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "2026-11"}))),
         (b"acme", codec.encode(bad_domain)),
         (b"acme", codec.encode(event("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}))),
         (
@@ -277,7 +280,7 @@ def test_derived_status_follows_the_live_kpi_through_the_api(server: Server) -> 
         assert f"roas is {value:g}" in derived["explanation"]
         kpi_input = next(i for i in derived["inputs"] if i["predicate"] == "value")
         assert kpi_input == {
-            "subject": "urn:engram:kpi:roas",
+            "subject": "urn:engram:kpi:roas:2026-12",
             "predicate": "value",
             "object": f"{value:g}",
             "asserted": True,

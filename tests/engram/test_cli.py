@@ -52,7 +52,7 @@ def test_produce_reports_bad_lines_and_produces_good_ones(settings: Settings, tm
     assert '<urn:engram:memory:m1> <https://engram.dev/ns#memoryId> "m1"' in replay.stdout
     assert '<urn:engram:memory:m3> <https://engram.dev/ns#memoryId> "m3"' in replay.stdout
     assert "urn:engram:memory:m2" not in replay.stdout
-    assert '<urn:engram:kpi:roas> <https://engram.dev/ns#value> "3.1"' in replay.stdout
+    assert '<urn:engram:kpi:roas:2026-12> <https://engram.dev/ns#value> "3.1"' in replay.stdout
 
     again = engram(settings, "produce", str(path))  # the same file twice: the same events, skipped
     assert again.returncode == 1 and "produced 3 events; 2 lines failed" in again.stdout
@@ -103,7 +103,7 @@ def test_produce_reports_every_hostile_line_and_produces_the_rest(settings: Sett
         good,
         json.dumps(envelope("MemoryRemembered", remembered("m1\n"), tenant="acme")).encode(),
         json.dumps(
-            envelope("KpiObserved", {"metric": "roas", "value": float("nan"), "period": "p"})
+            envelope("KpiObserved", {"metric": "roas", "value": float("nan"), "period": "2026-11"})
         ).encode(),
         b'{"type": "ClockTicked", "type": "KpiObserved"}',
         b'{"type": "ClockTicked", "tenant": "acme", "note": "\xff\xfe not utf-8"}',

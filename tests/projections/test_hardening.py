@@ -105,7 +105,7 @@ def test_a_kpi_posted_twice_with_the_same_time_keeps_observed_at(tenant: Tenant)
     at = "2026-12-01T10:00:00.100Z"
     tenant.apply(event("KpiObserved", kpi, event_id=ID(1), occurred_at=at))
     tenant.apply(event("KpiObserved", kpi, event_id=ID(2), occurred_at=at))
-    k = NamedNode("urn:engram:kpi:roas")
+    k = NamedNode("urn:engram:kpi:roas:2026-12")
     assert len(tenant.objects(k, e("observedAt"))) == 1 and len(tenant.objects(k, e("value"))) == 1
 
 
@@ -129,15 +129,15 @@ def test_remember_then_revise_at_the_same_append_time_keeps_updated_at(tenant: T
 
 
 def test_the_same_event_id_twice_changes_nothing_whatever_its_offset(tenant: Tenant) -> None:
-    high = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"}, event_id=ID(1))
-    low = event("KpiObserved", {"metric": "roas", "value": 4.0, "period": "p"}, event_id=ID(2))
+    high = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "2026-11"}, event_id=ID(1))
+    low = event("KpiObserved", {"metric": "roas", "value": 4.0, "period": "2026-11"}, event_id=ID(2))
     assert tenant.apply(high) is Status.APPLIED
     assert tenant.apply(low) is Status.APPLIED
     before = facts(tenant.graph)
-    again = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"}, event_id=ID(1))
+    again = event("KpiObserved", {"metric": "roas", "value": 2.0, "period": "2026-11"}, event_id=ID(1))
     assert tenant.apply(again) is Status.SKIPPED and "already applied" in tenant.reason
     assert facts(tenant.graph) == before
-    assert tenant.objects(NamedNode("urn:engram:kpi:roas"), e("value")) == [str(literal_of(4.0))]
+    assert tenant.objects(NamedNode("urn:engram:kpi:roas:2026-11"), e("value")) == [str(literal_of(4.0))]
 
 
 def facts(graph: TenantGraph) -> set[Quad]:
@@ -145,7 +145,7 @@ def facts(graph: TenantGraph) -> set[Quad]:
 
 
 def test_a_retry_with_a_new_default_time_is_the_same_event(tenant: Tenant) -> None:
-    line = envelope("KpiObserved", {"metric": "roas", "value": 2.0, "period": "p"})
+    line = envelope("KpiObserved", {"metric": "roas", "value": 2.0, "period": "2026-11"})
     first, second = event_from_json(dict(line)), event_from_json(dict(line))
     assert first.event_id == second.event_id  # produce's default id: a uuid5 of the line
     assert tenant.apply(first) is Status.APPLIED
@@ -155,7 +155,7 @@ def test_a_retry_with_a_new_default_time_is_the_same_event(tenant: Tenant) -> No
 def test_the_same_id_with_another_named_time_is_a_conflict_and_the_same_named_time_a_retry(
     tenant: Tenant,
 ) -> None:
-    kpi = {"metric": "roas", "value": 2.0, "period": "p"}
+    kpi = {"metric": "roas", "value": 2.0, "period": "2026-11"}
     at = envelope("KpiObserved", kpi, event_id=ID(30), occurred_at="2026-11-01T00:00:00Z")
     assert tenant.apply(event_from_json(dict(at))) is Status.APPLIED
     assert tenant.apply(event_from_json(dict(at))) is Status.SKIPPED
@@ -245,7 +245,7 @@ def raw_event(ev: Event) -> bytes:
         (b"ghost", None, "missing C3 01"),
         (
             b"ghost",
-            raw_event(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"})),
+            raw_event(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "2026-11"})),
             "differs from record key",
         ),
         (
@@ -278,7 +278,7 @@ def test_a_refused_record_redelivered_after_a_crash_is_dead_lettered_once(tmp_pa
 
 def test_a_record_off_its_tenants_partition_is_refused_and_leaves_the_checkpoint(tmp_path: Path) -> None:
     stores = TenantStores(tmp_path)
-    good = codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}))
+    good = codec.encode(event("KpiObserved", {"metric": "roas", "value": 1.0, "period": "2026-11"}))
     letters: list[str] = []
 
     async def sink(_record: Any, reason: str) -> None:
@@ -298,7 +298,7 @@ def test_a_record_off_its_tenants_partition_is_refused_and_leaves_the_checkpoint
 
 def hostile(**payload: Any) -> Event:
     """A KPI event whose payload skips the domain checks (as raw bytes on Kafka would)."""
-    base = {"metric": "roas", "value": 1.0, "period": "p"}
+    base = {"metric": "roas", "value": 1.0, "period": "2026-11"}
     return unchecked_event(
         ID(99),
         "acme",
@@ -416,25 +416,25 @@ def test_a_frame_with_trailing_bytes_is_refused() -> None:
         ("MemoryRemembered", remembered("x\n"), {}, "memory_id must match"),
         ("MemoryRemembered", remembered("x", properties={"p\n": 1}), {}, "property name"),
         ("MemoryRemembered", remembered("x", replaces="y\n"), {}, "replaces must match"),
-        ("KpiObserved", {"metric": "roas\n", "value": 1.0, "period": "p"}, {}, "metric must match"),
+        ("KpiObserved", {"metric": "roas\n", "value": 1.0, "period": "2026-11"}, {}, "metric must match"),
         (
             "SpendObserved",
-            {"platform": "meta\n", "amount": 1.0, "currency": "USD", "period": "p"},
+            {"platform": "meta\n", "amount": 1.0, "currency": "USD", "period": "2026-11"},
             {},
             "platform must match",
         ),
         (
             "SpendObserved",
-            {"platform": "meta", "amount": 1.0, "currency": "USD\n", "period": "p"},
+            {"platform": "meta", "amount": 1.0, "currency": "USD\n", "period": "2026-11"},
             {},
             "currency",
         ),
         ("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, {"tenant": "probe-nl\n"}, "tenant must match"),
-        ("KpiObserved", {"metric": "roas", "value": math.nan, "period": "p"}, {}, "finite"),
-        ("KpiObserved", {"metric": "roas", "value": math.inf, "period": "p"}, {}, "finite"),
+        ("KpiObserved", {"metric": "roas", "value": math.nan, "period": "2026-11"}, {}, "finite"),
+        ("KpiObserved", {"metric": "roas", "value": math.inf, "period": "2026-11"}, {}, "finite"),
         (
             "KpiObserved",
-            {"metric": "roas", "value": True, "period": "p"},
+            {"metric": "roas", "value": True, "period": "2026-11"},
             {},
             "value must be a finite number",
         ),
@@ -491,7 +491,7 @@ def test_produce_reports_every_bad_line_and_keeps_every_good_one() -> None:
                 remembered("m3", content="x" * 30_000, properties={f"p{i}": "y" * 30_000 for i in range(40)}),
             )
         ),
-        json.dumps(envelope("KpiObserved", {"metric": "roas", "value": math.nan, "period": "p"})),
+        json.dumps(envelope("KpiObserved", {"metric": "roas", "value": math.nan, "period": "2026-11"})),
         "",
         json.dumps(envelope("ClockTicked", {"now": "2026-01-02T00:00:00Z"})) + "\n",
     ]

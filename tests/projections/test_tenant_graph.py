@@ -81,8 +81,9 @@ def test_kpi_spend_clock_stakeholder_replace_their_values(tenant: Tenant) -> Non
     tenant.apply("StakeholderChanged", {"user_id": "sam", "team_ids": ["brand"], "role": "operator"})
     q = tenant.graph.store.query
     pre = "PREFIX e: <https://engram.dev/ns#> SELECT * WHERE { GRAPH ?g { "
-    assert [r["v"].value for r in q(pre + "<urn:engram:kpi:roas> e:value ?v } }")] == ["3.2"]
-    assert [r["v"].value for r in q(pre + "<urn:engram:spend:meta> e:amount ?v } }")] == ["34000"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:kpi:roas:2026-12> e:value ?v } }")] == ["3.2"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:kpi:roas:2026-11> e:value ?v } }")] == ["2.7"]
+    assert [r["v"].value for r in q(pre + "<urn:engram:spend:meta:USD:2026-11> e:amount ?v } }")] == ["34000"]
     assert [r["v"].value for r in q(pre + "<urn:engram:clock> e:now ?v } }")] == ["2026-12-02T00:00:00Z"]
     assert [r["v"].value for r in q(pre + "<urn:engram:user:sam> e:team ?v } }")] == ["brand"]
     assert [r["v"].value for r in q(pre + "<urn:engram:user:sam> e:role ?v } }")] == ["operator"]

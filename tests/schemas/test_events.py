@@ -41,9 +41,17 @@ def test_defaults_are_minted_deterministically() -> None:
         ("MemoryRevised", {"memory_id": "m1", "changes": {"owner": "x"}}, "cannot be revised"),
         ("MemoryRevised", {"memory_id": "m1", "changes": {"importance": 7}}, "importance"),
         ("MemorySuperseded", {"memory_id": "m1", "superseded_by": "m1"}, "cannot supersede itself"),
-        ("KpiObserved", {"metric": "ro as", "value": 1.0, "period": "p"}, "metric must match"),
-        ("SpendObserved", {"platform": "meta", "amount": -1, "currency": "USD", "period": "p"}, "amount"),
-        ("SpendObserved", {"platform": "meta", "amount": 1, "currency": "usd", "period": "p"}, "currency"),
+        ("KpiObserved", {"metric": "ro as", "value": 1.0, "period": "2026-11"}, "metric must match"),
+        (
+            "SpendObserved",
+            {"platform": "meta", "amount": -1, "currency": "USD", "period": "2026-11"},
+            "amount",
+        ),
+        (
+            "SpendObserved",
+            {"platform": "meta", "amount": 1, "currency": "usd", "period": "2026-11"},
+            "currency",
+        ),
     ],
 )
 def test_invalid_payloads_are_refused_with_reasons(event_type: str, payload: dict, reason: str) -> None:
@@ -72,10 +80,12 @@ def test_parse_lines_reports_line_numbers_and_keeps_good_lines() -> None:
     import json
 
     lines = [
-        json.dumps(envelope("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"})),
+        json.dumps(envelope("KpiObserved", {"metric": "roas", "value": 1.0, "period": "2026-11"})),
         "",
         "{not json",
-        json.dumps(envelope("KpiObserved", {"metric": "roas", "value": 1.0, "period": "p"}, tenant="ACME")),
+        json.dumps(
+            envelope("KpiObserved", {"metric": "roas", "value": 1.0, "period": "2026-11"}, tenant="ACME")
+        ),
         json.dumps(envelope("MemoryRemembered", remembered())),
     ]
     good, bad = parse_lines(lines)

@@ -77,7 +77,7 @@ def _older_envelope() -> dict:
 
 def test_reader_with_newer_schema_reads_events_written_with_the_old_one() -> None:
     old = _older_envelope()
-    written = event("KpiObserved", {"metric": "roas", "value": 2.5, "period": "ignored"})
+    written = event("KpiObserved", {"metric": "roas", "value": 2.5, "period": "2026-11"})
     record = written.to_avro()
     record.pop("correlation_id")
     name, payload = record["payload"]

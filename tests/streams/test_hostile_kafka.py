@@ -358,7 +358,7 @@ def record_mix(draw: st.DrawFn, tenant: str) -> list[tuple[bytes | None, bytes |
             case "nan":
                 value = raw(
                     "KpiObserved",
-                    {"metric": "roas", "value": math.nan, "period": "p"},
+                    {"metric": "roas", "value": math.nan, "period": "2026-11"},
                     tenant=tenant,
                     event_id=eid,
                 )
@@ -552,7 +552,7 @@ def test_unparseable_records_and_misplaced_ones_are_dead_lettered_and_compressed
     assert "the one its key hashes to" in reasons[0], reasons
     graph = live(server, tenant)
     for metric in ("gzip", "snappy", "lz4", "zstd", "after"):
-        assert f"<urn:engram:kpi:{metric}>" in graph, metric
-    assert "<urn:engram:kpi:bad_header>" not in graph and "<urn:engram:kpi:elsewhere>" not in graph
+        assert f"<urn:engram:kpi:{metric}:2026-11>" in graph, metric
+    assert "<urn:engram:kpi:bad_header:" not in graph and "<urn:engram:kpi:elsewhere:" not in graph
     assert graph == replayed(settings, tenant, tmp_path / "replay")
     assert "Traceback" not in server.log_path.read_text()

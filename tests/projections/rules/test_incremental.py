@@ -22,6 +22,10 @@ from tests.tenant import from_scratch
 CHECK = NamedNode("urn:engram:graph:check")
 IDS = ["m1", "m2", "m3", "m4", "m5", "m6"]
 TIMES = ["2026-12-01T00:00:00Z", "2026-12-02T00:00:00Z", "2026-12-03T00:00:00Z"]
+# periods before, around and after the clock's TIMES, of several kinds (a week that straddles
+# the month's start; one that starts after it), and the legacy instant
+PERIODS = st.sampled_from(["2026-11", "2026-12", "2027-01", "2026-W49", "2026-W48", "2026-Q4", "2026-12-02",
+                           "unspecified"])  # fmt: skip
 
 
 def knowledge_with_cap(tmp: Path, cap: int) -> object:
@@ -41,6 +45,8 @@ CLASSES = st.sampled_from(
         ("PerformanceTargetMemory", {"metric": "cpa", "goal": 20.0}),
         ("BudgetConstraintMemory", {"platform": "meta", "amount": 40000.0, "currency": "USD"}),
         ("BudgetConstraintMemory", {"platform": "google", "amount": 1000, "currency": "USD"}),
+        ("BudgetConstraintMemory", {"platform": "meta", "amount": 900, "currency": "USD", "period": "week"}),
+        ("BudgetConstraintMemory", {"platform": "meta", "amount": 900, "currency": "EUR", "period": "day"}),
         ("BrandVoiceMemory", {}),
         ("HiringCriteriaMemory", {"role": "designer"}),
         ("TechnicalHiringCriteriaMemory", {"role": "engineer", "skill": "python"}),
@@ -107,14 +113,17 @@ OPS = st.one_of(
     ),
     *lifecycle(IDS),
     st.builds(
-        lambda k, x: ("KpiObserved", {"metric": k, "value": x, "period": "p"}),
+        lambda k, x, p: ("KpiObserved", {"metric": k, "value": x, "period": p}),
         st.sampled_from(["roas", "cpa"]),
         st.sampled_from([1.0, 2.0, 2.7, 3.0, 3.2, 25.0]),
+        PERIODS,
     ),
     st.builds(
-        lambda p, a: ("SpendObserved", {"platform": p, "amount": a, "currency": "USD", "period": "p"}),
+        lambda p, a, c, per: ("SpendObserved", {"platform": p, "amount": a, "currency": c, "period": per}),
         st.sampled_from(["meta", "google"]),
         st.sampled_from([0.0, 500.0, 850.0, 34000.0, 41000.0]),
+        st.sampled_from(["USD", "USD", "EUR"]),
+        PERIODS,
     ),
     st.builds(lambda t: ("ClockTicked", {"now": t}), st.sampled_from(TIMES)),
 )
