@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -17,6 +18,7 @@ from engram.settings import Settings
 from projections.knowledge import load_knowledge
 from projections.progress import Progress
 from projections.stores import TenantStores
+from streams.archiver import archive_until
 from streams.asof import AsOfProjections
 from streams.embedder import Embedder, HashingEmbedder, load_embedder
 from streams.embedding_worker import EmbeddingWorker
@@ -139,10 +141,17 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     await runtime.lag.start()
     await indexer.start()
     await runtime.projector.start()
+    archive_stop = asyncio.Event()
+    archiving = (
+        asyncio.create_task(archive_until(settings, archive_stop)) if settings.archive_enabled else None
+    )
     log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
     try:
         yield runtime
     finally:
+        if archiving is not None:  # the open segments are written before it returns
+            archive_stop.set()
+            await archiving
         await runtime.projector.stop()
         await indexer.stop()
         await runtime.lag.stop()

@@ -162,6 +162,35 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive(settings: Settings, args: argparse.Namespace) -> int:
+    """``run``: copy the events topic to the object store until SIGTERM (``streams.archiver``).
+    ``status``: per partition, what is archived and what Kafka still holds; exit 1 on a gap."""
+    import json
+    from dataclasses import asdict
+
+    from streams.archiver import archive_status, run_until_signalled
+    from streams.objects import open_objects
+
+    objects = open_objects(settings)
+    if args.action == "run":
+        asyncio.run(run_until_signalled(settings, objects))
+        return 0
+    rows = asyncio.run(archive_status(settings, objects))
+    if args.json:
+        print(json.dumps([{**asdict(r), "lag": r.lag} for r in rows], indent=1))
+    else:
+        print(f"{settings.events_topic}: partition, archived offsets, segments, records, bytes, Kafka, gaps")
+        for r in rows:
+            archived = "-" if r.first_offset is None else f"{r.first_offset}..{r.last_offset}"
+            gaps = ", ".join(f"{a}..{b}" for a, b in r.gaps) or "none"
+            print(
+                f"p={r.partition} archived {archived} segments {r.segments} records {r.records} "
+                f"bytes {r.bytes} kafka {r.kafka_beginning}..{r.kafka_end - 1} (not yet archived: "
+                f"{r.lag}) gaps {gaps}"
+            )
+    return 1 if any(r.gaps for r in rows) else 0
+
+
 def _audit(settings: Settings, args: argparse.Namespace) -> int:
     """One memory's history from the log: every event that touched it, who, when and why, and its
     supersession chain (``engram.audit``); exit 1 if the memory never appears."""
@@ -326,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--as-of", help="only events the log recorded at or before this ISO time")
     r.add_argument("--out", help="write the N-Quads here instead of stdout")
 
+    ar = sub.add_parser("archive", help="the events topic as Avro files in the object store")
+    arsub = ar.add_subparsers(dest="action", required=True)
+    arsub.add_parser("run", help="archive the events topic until SIGTERM, resuming from the manifest")
+    ast = arsub.add_parser("status", help="per partition: archived offsets, segments, bytes, Kafka's, gaps")
+    ast.add_argument("--json", action="store_true", help="print it as JSON")
+
     au = sub.add_parser(
         "audit",
         help="print one memory's history from the log: every event that touched it (when, who, why) "
@@ -381,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": _serve,
         "produce": _produce,
         "replay": _replay,
+        "archive": _archive,
         "audit": _audit,
         "rebuild-index": _rebuild_index,
         "vacuum": _vacuum,

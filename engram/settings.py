@@ -46,6 +46,20 @@ class Settings(BaseSettings):
         description="S3 secret key (the local s3proxy's); empty: boto3's default credentials.",
     )
     s3_region: str = Field("us-east-1", description="S3 region the requests are signed for.")
+    archive_enabled: bool = Field(
+        False, description="Run the archiver (events topic to the object store) inside `engram serve`."
+    )
+    archive_segment_records: int = Field(
+        10_000, ge=1, description="Records of one archive segment: a partition's segment rolls at this."
+    )
+    archive_segment_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="Record bytes at which an archive segment rolls before its count."
+    )
+    archive_segment_age_s: float = Field(
+        60.0,
+        gt=0,
+        description="A caught-up partition's open archive segment rolls once its first record is this old.",
+    )
     ontology_dir: Path = Field(REPO / "ontology", description="Turtle ontology and SHACL shapes.")
     rules_dir: Path = Field(REPO / "rules", description="Datalog rules (*.dlog).")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")

@@ -140,6 +140,9 @@ def _server_properties(settings: Settings) -> str:
             "transaction.state.log.replication.factor=1",
             "transaction.state.log.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
+            # engram's topics keep everything (retention.ms=-1), so checking often costs nothing; a
+            # topic given a retention (the archive's tests) loses its old segments within a second
+            "log.retention.check.interval.ms=1000",
             "num.network.threads=2",
             "num.io.threads=2",
             "",

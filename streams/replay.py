@@ -3,15 +3,21 @@
 Replay feeds the tenant's records, from offset zero, through the same ``handle_batch_with_retries``
 the live agent uses, into a store of its own, so it refuses exactly the records the live
 projector refused (for the same reasons) and never stops at one; nothing is dead-lettered again.
+Offsets Kafka no longer holds (retention) are read from the archive (``streams.archive_read``),
+which keeps the records' bytes as they were; an offset in neither is an ``ArchiveGap``, never a
+silent skip.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
 
 from engram.settings import Settings
 from projections.knowledge import load_knowledge
@@ -20,11 +26,15 @@ from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 from schemas.events import Position
 from streams import fetch_guard
+from streams.archive_read import ArchiveGap, LogRecord, Manifest, covering, segment_records
 from streams.keystore import KeyStore, ReadOnlyKeys
+from streams.objects import open_objects
 from streams.projector import Record, handle_batch_with_retries
 from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)
+
+FETCH_RECORDS = 2000  # records per batch, from Kafka or the archive alike
 
 
 async def replay_tenant(
@@ -53,7 +63,7 @@ async def replay_tenant(
         bootstrap_servers=settings.kafka_bootstrap,
         enable_auto_commit=False,
         group_id=None,
-        auto_offset_reset="earliest",
+        auto_offset_reset="none",  # an offset deleted under us is read from the archive, not skipped
     )
     await consumer.start()
     try:
@@ -62,7 +72,6 @@ async def replay_tenant(
         end = (await consumer.end_offsets([tp]))[tp]
         if until_offset is not None:
             end = min(end, until_offset)
-        consumer.seek(tp, (await consumer.beginning_offsets([tp]))[tp])
         key, seen, started = tenant.encode(), 0, time.monotonic()
 
         def result() -> TenantGraph | None:
@@ -71,8 +80,11 @@ async def replay_tenant(
         async def no_dead_letters(_record: Record, _reason: str) -> None:
             return None
 
-        while await consumer.position(tp) < end:
-            fetched = (await consumer.getmany(tp, timeout_ms=1000, max_records=2000)).get(tp, [])
+        async def apply(fetched: Iterable[LogRecord]) -> bool:
+            """Apply the tenant's records of one fetch, as one batch; True once past ``end`` or
+            ``as_of_ms``."""
+            nonlocal seen
+            fetched = list(fetched)
             done = any(m.offset >= end or (as_of_ms is not None and m.timestamp > as_of_ms) for m in fetched)
             records = [
                 Record(m.key, m.value, list(m.headers), Position(m.partition, m.offset, m.timestamp))
@@ -82,16 +94,56 @@ async def replay_tenant(
             # the same batches as live: a tenant's run planned together, committed once
             await handle_batch_with_retries(records, stores, no_dead_letters, partitions=partitions)
             seen += len(records)
-            if done:
-                return result()
-            log.info(
-                "replay %s: %d events, offset %d/%d, %.1fs",
-                tenant,
-                seen,
-                await consumer.position(tp),
-                end,
-                time.monotonic() - started,
-            )
+            return done
+
+        async def from_archive(start: int, stop: int, beginning: int) -> bool:
+            """Offsets ``start`` to ``stop - 1``, which Kafka no longer holds, from the archive."""
+            objects = open_objects(settings)
+            manifest = await asyncio.to_thread(Manifest.load, objects, settings.events_topic)
+            try:
+                segments = covering(manifest, tp.partition, start, stop)
+            except ArchiveGap as gap:
+                raise ArchiveGap(
+                    gap.topic, gap.partition, gap.first, gap.last, f"Kafka's first offset is {beginning}"
+                ) from None
+            for segment in segments:
+                archived = await asyncio.to_thread(segment_records, objects, segment, start, stop)
+                for i in range(0, len(archived), FETCH_RECORDS):
+                    if await apply(archived[i : i + FETCH_RECORDS]):
+                        return True
+            log.info("replay %s: %d events from the archive, offsets %d..%d", tenant, seen, start, stop - 1)
+            return False
+
+        position = 0  # the next offset to apply: every one from zero, from Kafka or the archive
+        while position < end:
+            beginning = (await consumer.beginning_offsets([tp]))[tp]
+            if position < beginning:
+                if await from_archive(position, min(beginning, end), beginning):
+                    return result()
+                position = min(beginning, end)
+                continue
+            consumer.seek(tp, position)
+            try:
+                while position < end:
+                    fetched = (await consumer.getmany(tp, timeout_ms=1000, max_records=FETCH_RECORDS)).get(
+                        tp, []
+                    )
+                    if await apply(
+                        LogRecord(m.partition, m.offset, m.timestamp, m.key, m.value, list(m.headers))
+                        for m in fetched
+                    ):
+                        return result()
+                    position = await consumer.position(tp)
+                    log.info(
+                        "replay %s: %d events, offset %d/%d, %.1fs",
+                        tenant,
+                        seen,
+                        position,
+                        end,
+                        time.monotonic() - started,
+                    )
+            except OffsetOutOfRangeError:  # retention deleted ``position`` meanwhile: the archive has it
+                continue
         return result()
     finally:
         await consumer.stop()
