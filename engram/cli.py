@@ -182,11 +182,11 @@ def _archive(settings: Settings, args: argparse.Namespace) -> int:
         print(f"{settings.events_topic}: partition, archived offsets, segments, records, bytes, Kafka, gaps")
         for r in rows:
             archived = "-" if r.first_offset is None else f"{r.first_offset}..{r.last_offset}"
+            held = f"{r.kafka_beginning}..{r.kafka_end - 1}" if r.kafka_end > r.kafka_beginning else "-"
             gaps = ", ".join(f"{a}..{b}" for a, b in r.gaps) or "none"
             print(
                 f"p={r.partition} archived {archived} segments {r.segments} records {r.records} "
-                f"bytes {r.bytes} kafka {r.kafka_beginning}..{r.kafka_end - 1} (not yet archived: "
-                f"{r.lag}) gaps {gaps}"
+                f"bytes {r.bytes} kafka {held} (not yet archived: {r.lag}) gaps {gaps}"
             )
     return 1 if any(r.gaps for r in rows) else 0
 
