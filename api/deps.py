@@ -244,7 +244,7 @@ async def past_stores(runtime: Runtime, tenant: str, as_of: AsOf) -> Past:
         return await runtime.past.at(tenant, as_of)
     except ValueError as exc:
         raise problem(422, str(exc), ["query", "as_of"], "as_of") from exc
-    except KafkaError as exc:
+    except (KafkaError, LookupError) as exc:  # LookupError: offsets neither Kafka nor the archive hold
         raise problem(503, f"the log cannot be replayed now: {exc}", ["query", "as_of"]) from exc
 
 

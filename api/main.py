@@ -13,7 +13,7 @@ from api import errors
 from api.auth import Verifier
 from api.deps import known_query_only
 from api.limits import AllowedHosts, RateLimits, RequestLimits
-from api.routes import events, graph, health, legal_holds, live_data, memories, recall, sparql
+from api.routes import events, graph, health, legal_holds, live_data, memories, recall, snapshots, sparql
 from api.runtime import running
 from engram.settings import Settings
 
@@ -37,7 +37,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.verifier = Verifier(settings)
     app.state.rate_limits = RateLimits(settings.rate_limit_per_s, settings.rate_limit_burst)
-    routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events)
+    routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots)
     for router in (module.router for module in routers):
         app.include_router(router)
     errors.install(app)

@@ -492,3 +492,21 @@ class EventLogPage(BaseModel):
     skipped: int = Field(
         description="Records of the tenant in this page's range that are not readable events"
     )
+
+
+class SnapshotOut(BaseModel):
+    """A tenant snapshot: its store at the checkpoint ``partition:offset`` (``{key}.tar`` and
+    ``{key}.json`` in the object store)."""
+
+    key: str
+    tenant: str
+    partition: int
+    offset: int
+    timestamp_ms: int = Field(description="When the log appended the checkpoint's event")
+    handled: int = Field(description="Events the tenant's projection had handled")
+    bytes: int
+    sha256: str
+
+
+class SnapshotsOut(BaseModel):
+    data: list[SnapshotOut]

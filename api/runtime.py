@@ -25,8 +25,10 @@ from streams.embedding_worker import EmbeddingWorker
 from streams.indexer import Indexer
 from streams.keystore import KeyStore
 from streams.lag import LagMonitor
+from streams.objects import open_objects
 from streams.producer import EventProducer
 from streams.projector import create_app
+from streams.snapshots import Snapshots
 from streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         vectors=(embedder.name, embedder.dim),
         keys=KeyStore(settings.key_store_dir),
     )
+    stores.snapshots = Snapshots(open_objects(settings), settings.snapshot_every)
     progress = Progress()
     indexed = Progress()
     indexer = Indexer(stores, indexed)
@@ -135,7 +138,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
         else None,
     )
-    runtime.past = AsOfProjections(settings, knowledge, (embedder.name, embedder.dim))
+    runtime.past = AsOfProjections(settings, knowledge, (embedder.name, embedder.dim), stores.snapshots)
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
     await runtime.lag.start()

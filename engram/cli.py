@@ -142,21 +142,65 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
+    """Rebuild a tenant from its nearest snapshot, the archive and the log, with a progress bar;
+    print its facts as N-Quads, or keep the rebuilt store in ``--out``."""
     import gc
     import tempfile
+    import time
 
     from projections.read import export_nquads
-    from schemas.checks import parse_time
+    from streams.asof import parse_as_of
+    from streams.objects import open_objects
     from streams.replay import replay_tenant
+    from streams.snapshots import Snapshots
+    from streams.topics import partition_count, partition_for
 
-    as_of = round(parse_time(args.as_of, "--as-of").timestamp() * 1000) if args.as_of else None
+    try:
+        at = parse_as_of(args.as_of) if args.as_of else None
+    except ValueError as exc:
+        print(f"engram replay: --as-of: {exc}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None and out_dir.exists() and any(out_dir.iterdir()):
+        print(f"engram replay: --out {out_dir} is not empty", file=sys.stderr)
+        return 2
+    until = None
+    if at is not None and at.position is not None:
+        home = partition_for(args.tenant, asyncio.run(partition_count(settings, settings.events_topic)))
+        if at.position[0] != home:
+            print(f"engram replay: {args.tenant}'s events are on partition {home}", file=sys.stderr)
+            return 2
+        until = at.position[1] + 1  # the event at the position included
+    started = time.monotonic()
+
+    def tick(offset: int, end: int) -> None:
+        width, done = 40, min(offset, end)
+        filled = width * done // max(end, 1)
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] offset {done}/{end}, "
+              f"{time.monotonic() - started:.1f}s", end="", file=sys.stderr, flush=True)  # fmt: skip
+
     with tempfile.TemporaryDirectory() as tmp:
-        graph = asyncio.run(replay_tenant(settings, args.tenant, Path(tmp), as_of_ms=as_of))
+        root = out_dir or Path(tmp)
+        try:
+            graph = asyncio.run(
+                replay_tenant(
+                    settings, args.tenant, root, as_of_ms=at.time_ms if at else None, until_offset=until,
+                    snapshots=Snapshots(open_objects(settings)), progress=tick,
+                )
+            )  # fmt: skip
+        except (
+            ValueError,
+            LookupError,
+        ) as exc:  # not a tenant id; offsets neither Kafka nor the archive hold
+            print(f"\nengram replay: {exc}", file=sys.stderr)
+            return 1
+        print(file=sys.stderr)
         out = export_nquads(graph) if graph is not None else ""  # no event applied: no tenant
         del graph  # closes the store before its directory is removed
         gc.collect()
-    if args.out:
-        Path(args.out).write_text(out)
+    if out_dir is not None:
+        (out_dir / f"{args.tenant}.nq").write_text(out)
+        print(f"replayed {args.tenant} into {out_dir} in {time.monotonic() - started:.1f}s", file=sys.stderr)
     else:
         sys.stdout.write(out)
     return 0
@@ -350,10 +394,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not embed new memories that carry no embedding (they are then found by BM25 only)",
     )
 
-    r = sub.add_parser("replay", help="rebuild a tenant from the log; print its facts as N-Quads")
+    r = sub.add_parser(
+        "replay", help="rebuild a tenant from its snapshots, the archive and the log; print its N-Quads"
+    )
     r.add_argument("tenant")
-    r.add_argument("--as-of", help="only events the log recorded at or before this ISO time")
-    r.add_argument("--out", help="write the N-Quads here instead of stdout")
+    r.add_argument(
+        "--as-of",
+        metavar="TIME|POSITION",
+        help="as the system knew it then: events the log appended at or before an ISO time, or up to "
+        "and including a log position partition:offset",
+    )
+    r.add_argument(
+        "--out", metavar="DIR", help="keep the rebuilt store in DIR (and its N-Quads in DIR/TENANT.nq)"
+    )
 
     ar = sub.add_parser("archive", help="the events topic as Avro files in the object store")
     arsub = ar.add_subparsers(dest="action", required=True)

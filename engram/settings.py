@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         gt=0,
         description="A caught-up partition's open archive segment rolls once its first record is this old.",
     )
+    snapshot_every: int = Field(
+        10_000,
+        ge=0,
+        description="Take a tenant snapshot (its store, in the object store) every this many events it "
+        "handles, so a replay or an as_of starts there; 0: only on demand.",
+    )
     ontology_dir: Path = Field(REPO / "ontology", description="Turtle ontology and SHACL shapes.")
     rules_dir: Path = Field(REPO / "rules", description="Datalog rules (*.dlog).")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")

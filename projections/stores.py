@@ -7,7 +7,7 @@ import shutil
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyoxigraph import Store
 
@@ -57,6 +57,8 @@ class TenantStores:
         ``keys`` unseals memory events (without it every sealed event reads as erased)."""
         self.root = root
         self.keys = keys
+        # streams.snapshots.Snapshots when the projector takes tenant snapshots (set by the runtime)
+        self.snapshots: Any = None
         self.max_open = max_open
         self.knowledge = knowledge or load_knowledge()
         self.vectors = vectors
@@ -67,6 +69,10 @@ class TenantStores:
         if not v.full_match(v.TENANT_RE, tenant):
             raise ValueError(f"invalid tenant id {tenant!r}")
         return self.root / tenant / "graph"
+
+    def store_path(self, tenant: str) -> Path:
+        """Where the tenant's store is (or would be): a restored snapshot goes there."""
+        return self._path(tenant)
 
     def exists(self, tenant: str) -> bool:
         if not v.full_match(v.TENANT_RE, tenant):

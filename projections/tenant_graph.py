@@ -99,10 +99,10 @@ class TenantGraph:
             self.store.add(Quad(PROJECTION, e(name), value, META))
 
     def checkpoint(self) -> Position | None:
-        part, off = self._meta("partition"), self._meta("offset")
+        part, off, at = self._meta("partition"), self._meta("offset"), self._meta("appendedAt")
         if part is None or off is None:
             return None
-        return Position(int(part.value), int(off.value))
+        return Position(int(part.value), int(off.value), int(at.value) if at is not None else 0)
 
     def handled(self) -> int:
         found = self._meta("handled")
@@ -234,6 +234,8 @@ class TenantGraph:
             Quad(PROJECTION, e("partition"), Literal(position.partition), META),
             Quad(PROJECTION, e("offset"), Literal(position.offset), META),
             Quad(PROJECTION, e("handled"), Literal(self.handled() + handled), META),
+            # the log time of the checkpoint's event: where a snapshot of this state sits in time
+            Quad(PROJECTION, e("appendedAt"), Literal(position.timestamp_ms), META),
             *(
                 q
                 for q in meta_old
@@ -242,6 +244,7 @@ class TenantGraph:
                     v.ENGRAM + "partition",
                     v.ENGRAM + "offset",
                     v.ENGRAM + "handled",
+                    v.ENGRAM + "appendedAt",
                     v.ENGRAM + "inferredOffset",
                 )
             ),

@@ -26,6 +26,7 @@ from projections.tenant_graph import TenantGraph
 from schemas.checks import InvalidEvent, parse_time
 from streams.keystore import KeyStore, ReadOnlyKeys
 from streams.replay import replay_tenant
+from streams.snapshots import Snapshots
 from streams.topics import partition_count, partition_for
 
 POSITION = re.compile(r"([0-9]{1,9}):([0-9]{1,18})", re.ASCII)
@@ -63,9 +64,15 @@ class AsOfProjections:
     """Ephemeral projections of tenants at points of system time, the last ``keep`` of them."""
 
     def __init__(
-        self, settings: Settings, knowledge: Knowledge, vectors: tuple[str, int] | None, keep: int = 4
+        self,
+        settings: Settings,
+        knowledge: Knowledge,
+        vectors: tuple[str, int] | None,
+        snapshots: Snapshots | None = None,
+        keep: int = 4,
     ) -> None:
         self.settings, self.knowledge, self.vectors, self.keep = settings, knowledge, vectors, keep
+        self.snapshots = snapshots
         self.root = Path(tempfile.mkdtemp(prefix="engram-asof-"))
         self._built: OrderedDict[tuple[str, int, int | None], Past] = OrderedDict()
         self._locks: dict[tuple[str, int, int | None], asyncio.Lock] = {}
@@ -99,7 +106,13 @@ class AsOfProjections:
             keys = ReadOnlyKeys(KeyStore(self.settings.key_store_dir))
             stores = TenantStores(root, knowledge=self.knowledge, vectors=self.vectors, keys=keys)
             graph = await replay_tenant(
-                self.settings, tenant, root, as_of_ms=at.time_ms, until_offset=key[1], stores=stores
+                self.settings,
+                tenant,
+                root,
+                as_of_ms=at.time_ms,
+                until_offset=key[1],
+                stores=stores,
+                snapshots=self.snapshots,
             )
             past = self._built[key] = Past(stores, graph, root)
             while len(self._built) > self.keep:

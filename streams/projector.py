@@ -25,7 +25,7 @@ from engram.settings import Settings
 from projections.batch import Overlay, Step, plan_batch
 from projections.progress import Progress
 from projections.stores import StoreLocked, TenantStores
-from projections.tenant_graph import Outcome, Planned, Status
+from projections.tenant_graph import Outcome, Planned, Status, TenantGraph
 from projections.validation import PLAN_ERRORS, rejection_reason
 from schemas import payloads as ev
 from schemas import sealing
@@ -35,6 +35,7 @@ from schemas.events import Event, Position, validate
 from streams import codec, fetch_guard
 from streams.indexer import Indexer
 from streams.keystore import open_event
+from streams.snapshots import Snapshots
 from streams.take import take_available
 from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count, partition_for
 
@@ -184,7 +185,27 @@ async def project(
             assert screened.tenant is not None
             runs.setdefault(screened.tenant, []).append((i, screened.step))
     for tenant, run in runs.items():
-        await _apply_run(tenant, run, records, results, stores, dead_letter, refuse_storeless)
+        for piece in _snapshot_pieces(tenant, run, stores):
+            await _apply_run(tenant, piece, records, results, stores, dead_letter, refuse_storeless)
+
+
+def _snapshot_pieces(
+    tenant: str, run: list[tuple[int, Step]], stores: TenantStores
+) -> list[list[tuple[int, Step]]]:
+    """A run cut where the tenant's handled count reaches a multiple of the snapshot interval, so
+    snapshots fall every N events whatever the batches (a batch's result does not depend on where
+    it is cut: the batch tests hold incremental == from scratch for any cut)."""
+    every = stores.snapshots.every if stores.snapshots is not None else 0
+    if every <= 0:
+        return [run]
+    graph = stores.get(tenant)
+    handled = graph.handled() if graph is not None else 0
+    pieces, start = [], 0
+    for n in range(len(run)):
+        if (handled + n + 1) % every == 0:
+            pieces.append(run[start : n + 1])
+            start = n + 1
+    return [*pieces, run[start:]] if start < len(run) else pieces
 
 
 def _kept_headers(record: Record) -> Record:
@@ -228,12 +249,28 @@ async def _apply_run(
             stores.keys.destroy(tenant, sealing.key_id(forgotten.memory_id))
     graph = graph or stores.get(tenant, create=True)  # a new tenant's store: made to commit into
     assert graph is not None
+    before = graph.handled()
     graph.commit_planned(planned)
+    await _snapshot_if_due(tenant, graph, before, planned, stores.snapshots)
     for (i, step), outcome in zip(run, planned.outcomes, strict=True):
         touched = None
         if outcome.status is Status.APPLIED and step.event is not None:
             touched = reindexes(step.event)
         results[i] = Result(tenant, outcome, (touched,) if touched else ())
+
+
+async def _snapshot_if_due(
+    tenant: str, graph: TenantGraph, before: int, planned: Planned, snapshots: Snapshots | None
+) -> None:
+    """Every ``snapshot_every`` handled events, a snapshot of the store just committed (in a thread:
+    the loop keeps serving reads). A snapshot that fails is logged and skipped: it only saves a
+    replay some work, and the next one is due after as many events again."""
+    if snapshots is None or planned.last is None or not snapshots.due(before, graph.handled()):
+        return
+    try:
+        await asyncio.to_thread(snapshots.take, tenant, graph)
+    except Exception:
+        log.exception("snapshot of %s at %s failed; the projection goes on", tenant, planned.last)
 
 
 async def handle_records(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -30,6 +30,7 @@ from streams.archive_read import ArchiveGap, LogRecord, Manifest, covering, segm
 from streams.keystore import KeyStore, ReadOnlyKeys
 from streams.objects import open_objects
 from streams.projector import Record, handle_batch_with_retries
+from streams.snapshots import Snapshots
 from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,13 @@ async def replay_tenant(
     as_of_ms: int | None = None,
     until_offset: int | None = None,
     stores: TenantStores | None = None,
+    snapshots: Snapshots | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> TenantGraph | None:
     """Replay ``tenant``'s events (appended at or before ``as_of_ms``, at offsets before
     ``until_offset`` of its partition) into a store in ``root`` (or in ``stores``, when the caller
-    wants its indexes too).
+    wants its indexes too). With ``snapshots``, it starts from the nearest earlier snapshot of the
+    tenant rather than offset zero; ``progress(offset, end)`` is told where it is after each batch.
 
     None when no event of the tenant applies (the tenant does not exist at that point).
     """
@@ -94,6 +98,8 @@ async def replay_tenant(
             # the same batches as live: a tenant's run planned together, committed once
             await handle_batch_with_retries(records, stores, no_dead_letters, partitions=partitions)
             seen += len(records)
+            if progress is not None and fetched:
+                progress(fetched[-1].offset + 1, end)
             return done
 
         async def from_archive(start: int, stop: int, beginning: int) -> bool:
@@ -115,6 +121,14 @@ async def replay_tenant(
             return False
 
         position = 0  # the next offset to apply: every one from zero, from Kafka or the archive
+        if snapshots is not None and not stores.exists(tenant):
+            snap = await asyncio.to_thread(snapshots.nearest, tenant, tp.partition, end, as_of_ms)
+            if snap is not None:  # the store as it was at the snapshot's checkpoint; the rest follows
+                await asyncio.to_thread(snapshots.restore, snap, stores.store_path(tenant))
+                position = snap.offset + 1
+                log.info("replay %s: from the snapshot at offset %d", tenant, snap.offset)
+        if progress is not None:
+            progress(position, end)
         while position < end:
             beginning = (await consumer.beginning_offsets([tp]))[tp]
             if position < beginning:

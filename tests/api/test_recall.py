@@ -449,6 +449,27 @@ def test_as_of_answers_as_the_live_reads_did_then(rserver: tuple[Server, Setting
     assert srv.http.get(f"{base}/memories", params={"as_of": "2000-01-01T00:00:00Z"}).json()["count"] == 0
 
 
+def test_a_snapshot_on_demand_is_where_an_as_of_replay_starts(rserver: tuple[Server, Settings]) -> None:
+    srv, _ = rserver
+    t = tenant()
+    base = f"{srv.url}/v1/tenants/{t}"
+    assert srv.http.post(f"{base}/snapshots").status_code == 404  # no tenant yet: nothing to copy
+    first = write(srv, t, memory_id="one", label="One", content="The first", importance=4)
+    r = srv.http.post(f"{base}/snapshots")
+    assert r.status_code == 201, r.text
+    snap = r.json()
+    assert (snap["partition"], snap["offset"], snap["handled"]) == (first["partition"], first["offset"], 1)
+    assert snap["key"] == f"snapshots/{t}/{first['offset']:020d}" and len(snap["sha256"]) == 64
+    second = write(srv, t, memory_id="two", label="Two", content="The second", importance=4)
+    assert srv.http.get(f"{base}/snapshots").json()["data"] == [snap]
+    for at, ids in [(first, ["one"]), (second, ["two", "one"])]:
+        listed = srv.http.get(f"{base}/memories", params={"as_of": f"{at['partition']}:{at['offset']}"})
+        assert [m["id"] for m in listed.json()["data"]] == ids
+    user = srv.bearer(t, role="user", user="sam")
+    assert srv.http.post(f"{base}/snapshots", headers=user).status_code == 403
+    assert srv.http.get(f"{base}/snapshots", headers=user).status_code == 403
+
+
 def test_recall_refuses_bad_input_with_a_reason(rserver: tuple[Server, Settings]) -> None:
     srv, _ = rserver
     url = f"{srv.url}/v1/tenants/acme"

@@ -12,6 +12,7 @@ import pytest
 
 from engram.harness import settings_env
 from engram.settings import Settings
+from streams.topics import partition_for
 from tests.factories import envelope, remembered
 
 pytestmark = pytest.mark.integration
@@ -79,6 +80,19 @@ def test_replay_as_of_sees_only_what_the_log_had(settings: Settings, tmp_path: P
     assert "memory:early" in then.stdout and "memory:late" not in then.stdout
     now = engram(settings, "replay", "acme")
     assert "memory:early" in now.stdout and "memory:late" in now.stdout
+    assert "offset 2/2" in now.stderr  # the progress bar
+    home = partition_for("acme", settings.events_partitions)
+    at_first = engram(settings, "replay", "acme", "--as-of", f"{home}:0")  # a log position, included
+    assert "memory:early" in at_first.stdout and "memory:late" not in at_first.stdout
+    elsewhere = engram(settings, "replay", "acme", "--as-of", f"{home + 1}:0")
+    assert elsewhere.returncode == 2 and f"on partition {home}" in elsewhere.stderr
+    bad = engram(settings, "replay", "acme", "--as-of", "last tuesday")
+    assert bad.returncode == 2 and "partition:offset" in bad.stderr
+    kept = engram(settings, "replay", "acme", "--out", str(tmp_path / "kept"))
+    assert kept.returncode == 0, kept.stderr
+    assert (tmp_path / "kept" / "acme.nq").read_text() == now.stdout
+    assert (tmp_path / "kept" / "acme" / "graph").is_dir()  # the rebuilt store, kept
+    assert engram(settings, "replay", "acme", "--out", str(tmp_path / "kept")).returncode == 2  # not empty
 
 
 def test_kafka_status_and_tools(settings: Settings) -> None:

@@ -1,0 +1,146 @@
+"""Tenant snapshots: a store copied at its checkpoint restores to the same store, the projector
+takes one every N handled events, and a replay from the nearest one equals a replay from zero."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+
+import pytest
+
+from engram.settings import Settings
+from projections.read import export_nquads
+from projections.stores import TenantStores
+from projections.tenant_graph import TenantGraph
+from schemas.events import Position
+from streams import codec, projector
+from streams.objects import LocalObjects, S3Objects
+from streams.replay import replay_tenant
+from streams.snapshots import Snapshots
+from streams.topics import partition_for
+from tests.factories import event, remembered
+from tests.streams.test_hostile_kafka import produce
+from tests.tenant import Tenant
+
+PARTITIONS = 4
+
+
+def events(tenant: str, n: int) -> list[bytes]:
+    """A tenant's history: memories, a supersession, KPIs over periods and clock ticks."""
+    out = []
+    for i in range(n):
+        if i % 5 == 0:
+            kpi = {"metric": "roas", "value": 2.0 + i / 10, "period": f"2026-{1 + i % 12:02d}"}
+            e = event("KpiObserved", kpi, tenant=tenant)
+        elif i % 7 == 0:
+            e = event("ClockTicked", {"now": f"2026-{1 + i % 12:02d}-15T00:00:00Z"}, tenant=tenant)
+        else:
+            extra = {"replaces": f"m{i - 1}"} if i % 4 == 0 and (i - 1) % 5 and (i - 1) % 7 else {}
+            e = event("MemoryRemembered", remembered(f"m{i}", importance=4, **extra), tenant=tenant)
+        out.append(codec.encode(e))
+    return out
+
+
+def test_a_snapshot_restores_to_the_same_store(tenant: Tenant, tmp_path: Path) -> None:
+    tenant.apply("MemoryRemembered", remembered("a", importance=5))
+    tenant.apply("KpiObserved", {"metric": "roas", "value": 2.5, "period": "2026-11"})
+    tenant.apply(
+        "MemoryRemembered", remembered("b", importance=5, replaces="a"), timestamp_ms=1_764_600_000_123
+    )
+    objects = LocalObjects(tmp_path / "objects")
+    snaps = Snapshots(objects)
+    snap = snaps.take("acme", tenant.graph)
+    assert (snap.partition, snap.offset, snap.timestamp_ms, snap.handled) == (0, 2, 1_764_600_000_123, 3)
+    assert snaps.list("acme") == [snap] and snaps.list("other") == []
+    assert snaps.nearest("acme", 0, 3) == snap
+    assert snaps.nearest("acme", 0, 2) is None  # a replay that stops before offset 2 cannot use it
+    assert snaps.nearest("acme", 1, 3) is None  # another partition's checkpoint
+    assert snaps.nearest("acme", 0, 3, at_or_before_ms=1_764_600_000_122) is None
+    snaps.restore(snap, tmp_path / "restored")
+    restored = TenantGraph(tmp_path / "restored", tenant.graph.knowledge)
+    assert export_nquads(restored) == export_nquads(tenant.graph)
+    assert restored.checkpoint() == Position(0, 2, 1_764_600_000_123)
+    with pytest.raises(FileExistsError):
+        snaps.restore(snap, tmp_path / "restored")  # never over a store
+    objects.put(f"{snap.key}.tar", b"not a tar")
+    with pytest.raises(ValueError, match="corrupt"):
+        snaps.restore(snap, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    objects.delete(f"{snap.key}.json")  # a snapshot whose description was never written: cut short
+    assert snaps.list("acme") == []
+
+
+def test_a_snapshot_round_trips_through_s3(tenant: Tenant, tmp_path: Path, s3: Settings) -> None:
+    tenant.apply("MemoryRemembered", remembered("a"))
+    assert s3.s3_endpoint is not None
+    objects = S3Objects(s3.s3_endpoint, "snapshots-test", access_key=s3.s3_access_key,
+                        secret_key=s3.s3_secret_key, region=s3.s3_region)  # fmt: skip
+    snaps = Snapshots(objects)
+    snap = snaps.take("acme", tenant.graph)
+    snaps.restore(snaps.list("acme")[-1], tmp_path / "restored")
+    assert export_nquads(TenantGraph(tmp_path / "restored", tenant.graph.knowledge)) == export_nquads(
+        tenant.graph
+    )
+    for key in objects.list(f"snapshots/acme/{snap.offset:020d}"):
+        objects.delete(key)
+
+
+def test_the_projector_takes_one_every_n_handled_events(tmp_path: Path) -> None:
+    tenant = "snappy"
+    home = partition_for(tenant, PARTITIONS)
+    records = [
+        projector.Record(tenant.encode(), value, [], Position(home, i, 1_764_547_200_000 + i))
+        for i, value in enumerate(events(tenant, 10))
+    ]
+    stores = TenantStores(tmp_path / "tenants")
+    stores.snapshots = Snapshots(LocalObjects(tmp_path / "objects"), every=4)
+
+    async def nowhere(*_: object) -> None:
+        raise AssertionError("nothing is dead-lettered")
+
+    async def run() -> None:
+        for start in range(0, len(records), 3):  # cut where the count reaches 4 and 8, whatever the batches
+            await projector.handle_batch_with_retries(
+                records[start : start + 3], stores, nowhere, partitions=PARTITIONS
+            )
+
+    asyncio.run(run())
+    taken = stores.snapshots.list(tenant)
+    assert [(s.offset, s.handled) for s in taken] == [(3, 4), (7, 8)]
+    assert taken[0].timestamp_ms == 1_764_547_200_003
+    stores.close()
+
+
+def test_a_replay_starts_at_the_nearest_snapshot_and_equals_one_from_zero(
+    settings: Settings, tmp_path: Path
+) -> None:
+    tenant = "snapr"
+    asyncio.run(produce(settings, [(tenant.encode(), value) for value in events(tenant, 40)]))
+
+    def replay(root: Path, **kw: object) -> tuple[str, list[int]]:
+        starts: list[int] = []
+        graph = asyncio.run(
+            replay_tenant(settings, tenant, root, progress=lambda at, end: starts.append(at), **kw)
+        )
+        out = export_nquads(graph) if graph is not None else ""
+        del graph
+        gc.collect()
+        return out, starts
+
+    whole, _ = replay(tmp_path / "zero")
+    snaps = Snapshots(LocalObjects(tmp_path / "objects"))
+    stores = TenantStores(tmp_path / "half")
+    asyncio.run(replay_tenant(settings, tenant, tmp_path / "half", until_offset=25, stores=stores))
+    graph = stores.get(tenant)
+    assert graph is not None
+    snap = snaps.take(tenant, graph)
+    assert snap.offset == 24
+    del graph
+    stores.close()
+    gc.collect()
+    again, starts = replay(tmp_path / "from-snapshot", snapshots=snaps)
+    assert again == whole
+    assert starts[0] == 25  # the replay began after the snapshot, not at zero
+    early, starts = replay(tmp_path / "before", snapshots=snaps, until_offset=20)
+    assert early == replay(tmp_path / "before-zero", until_offset=20)[0] and starts[0] == 0
