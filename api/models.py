@@ -505,7 +505,8 @@ class SnapshotOut(BaseModel):
     timestamp_ms: int = Field(description="When the log appended the checkpoint's event")
     handled: int = Field(description="Events the tenant's projection had handled")
     bytes: int
-    sha256: str
+    sha256: str = Field(description="Of the tar; empty for a directory (RocksDB checksums its files)")
+    format: str = Field(description="tar (an object store) or dir (a local directory of hard links)")
 
 
 class SnapshotsOut(BaseModel):

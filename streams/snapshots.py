@@ -2,12 +2,15 @@
 archive, so a replay (an ``as_of``, a rebuild) starts from the nearest earlier one instead of
 offset zero.
 
-A snapshot is two objects under ``snapshots/{tenant}/``: ``{offset:020d}.tar``, the store as
-RocksDB's backup wrote it (hard links, taken right after a commit, so asserted facts, inferred
-facts and checkpoint agree), and ``{offset:020d}.json``, what it holds (partition, offset, the log
-time of that event, events handled, bytes, sha256). The JSON is written last: a snapshot without
-it was cut short and is never used. The search indexes are not in it: they are rebuilt from the
-graph when opened.
+A snapshot is the store as RocksDB's backup wrote it, taken right after a commit (so asserted
+facts, inferred facts and checkpoint agree), under ``snapshots/{tenant}/``: in an object store,
+``{offset:020d}.tar`` (sha256-checked on restore); in a local directory, ``{offset:020d}.d/``, the
+backup itself, whose table files are hard links to the live store's (RocksDB never changes a
+table file), so a snapshot costs the files written since the last one and a restore links them
+again (milliseconds, not a copy of the store). Beside it, ``{offset:020d}.json`` says what it holds
+(format, partition, offset, the log time of that event, events handled, bytes, sha256), written
+last: a snapshot without it was cut short and is never used. The search indexes are not in it:
+they are rebuilt from the graph when opened.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import shutil
 import tarfile
 import tempfile
@@ -23,7 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from projections.tenant_graph import TenantGraph
-from streams.objects import MissingObject, Objects
+from schemas.events import Position
+from streams.objects import LocalObjects, MissingObject, Objects
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +43,8 @@ class Snapshot:
     timestamp_ms: int  # when the log appended the event at ``offset``
     handled: int  # events the tenant's projection had handled
     bytes: int
-    sha256: str
+    sha256: str  # of the tar; a directory's table files carry RocksDB's own checksums
+    format: str = "tar"  # or "dir": a local directory of hard links
 
     @property
     def key(self) -> str:
@@ -49,31 +55,62 @@ class Snapshots:
     """Takes, lists and restores one deployment's tenant snapshots; ``every`` is how many handled
     events apart the projector takes them (0: only on demand)."""
 
-    def __init__(self, objects: Objects, every: int = 0) -> None:
+    def __init__(self, objects: Objects, every: int = 0, *, links: bool | None = None) -> None:
+        """``links``: snapshots as directories of hard links (default: when the store is local)."""
         self.objects, self.every = objects, every
+        self.links = isinstance(objects, LocalObjects) if links is None else links
 
     def take(self, tenant: str, graph: TenantGraph) -> Snapshot:
         """Snapshot ``graph`` as it is now, at its checkpoint."""
         last = graph.checkpoint()
         if last is None:
             raise ValueError(f"tenant {tenant} has no checkpoint yet: nothing to snapshot")
-        with tempfile.TemporaryDirectory(prefix="engram-snapshot-") as tmp:
-            backup = Path(tmp) / "graph"
-            graph.store.backup(str(backup))
-            buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w") as tar:
-                for path in sorted(backup.rglob("*")):
-                    if path.is_file():
-                        tar.add(path, arcname=str(path.relative_to(backup)), recursive=False)
-            data = buffer.getvalue()
-        snap = Snapshot(
-            tenant, last.partition, last.offset, last.timestamp_ms, graph.handled(), len(data),
-            hashlib.sha256(data).hexdigest(),
-        )  # fmt: skip
-        self.objects.put(f"{snap.key}.tar", data)
-        self.objects.put(f"{snap.key}.json", json.dumps(asdict(snap), sort_keys=True).encode())
-        log.info("snapshot %s at %d:%d, %d bytes", tenant, last.partition, last.offset, len(data))
+        key = f"{PREFIX}/{tenant}/{last.offset:020d}"
+        if self.links:
+            snap = self._take_dir(tenant, graph, last, key)
+        else:
+            with tempfile.TemporaryDirectory(prefix="engram-snapshot-") as tmp:
+                backup = Path(tmp) / "graph"
+                graph.store.backup(str(backup))
+                buffer = io.BytesIO()
+                with tarfile.open(fileobj=buffer, mode="w") as tar:
+                    for path in sorted(backup.rglob("*")):
+                        if path.is_file():
+                            tar.add(path, arcname=str(path.relative_to(backup)), recursive=False)
+                data = buffer.getvalue()
+            snap = Snapshot(
+                tenant, last.partition, last.offset, last.timestamp_ms, graph.handled(), len(data),
+                hashlib.sha256(data).hexdigest(),
+            )  # fmt: skip
+            self.objects.put(f"{key}.tar", data)
+        self.objects.put(f"{key}.json", json.dumps(asdict(snap), sort_keys=True).encode())
+        log.info(
+            "snapshot %s at %d:%d, %d bytes (%s)",
+            tenant,
+            last.partition,
+            last.offset,
+            snap.bytes,
+            snap.format,
+        )
         return snap
+
+    def _take_dir(self, tenant: str, graph: TenantGraph, last: Position, key: str) -> Snapshot:
+        """The backup straight into the local object store: hard links when it shares the store's
+        file system. Written beside its final name, then renamed: a crash leaves no half of it."""
+        if not isinstance(self.objects, LocalObjects):
+            raise ValueError("snapshots as directories of hard links need a local object store")
+        final = self.objects.root.joinpath(*f"{key}.d".split("/"))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():  # the same checkpoint taken again: the same store
+            shutil.rmtree(final)
+        partial = final.with_name(f".tmp-{final.name}")
+        shutil.rmtree(partial, ignore_errors=True)
+        graph.store.backup(str(partial))
+        size = sum(p.stat().st_size for p in partial.iterdir() if p.is_file())
+        partial.rename(final)
+        return Snapshot(
+            tenant, last.partition, last.offset, last.timestamp_ms, graph.handled(), size, "", "dir"
+        )
 
     def due(self, before: int, after: int) -> bool:
         """Whether a commit that moved the handled count from ``before`` to ``after`` crossed a
@@ -104,6 +141,9 @@ class Snapshots:
 
     def restore(self, snap: Snapshot, target: Path) -> None:
         """Unpack ``snap`` into ``target`` (a store directory that must not exist yet)."""
+        if snap.format == "dir":
+            self._restore_dir(snap, target)
+            return
         try:
             data = self.objects.get(f"{snap.key}.tar")
         except MissingObject as exc:
@@ -114,6 +154,28 @@ class Snapshots:
         try:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
                 tar.extractall(target, filter="data")  # no absolute paths, links or devices
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+
+    def _restore_dir(self, snap: Snapshot, target: Path) -> None:
+        """Link the snapshot's table files (immutable) and copy the rest (RocksDB rewrites its
+        manifest and logs), so the restored store never writes into the snapshot."""
+        if not isinstance(self.objects, LocalObjects):
+            raise ValueError(f"snapshot {snap.key} is a local directory; this object store is not local")
+        source = self.objects.root.joinpath(*f"{snap.key}.d".split("/"))
+        if not source.is_dir():
+            raise ValueError(f"snapshot {snap.key} has lost its data")
+        target.mkdir(parents=True)
+        try:
+            for path in source.iterdir():
+                if path.suffix in (".sst", ".blob"):
+                    try:
+                        os.link(path, target / path.name)
+                        continue
+                    except OSError:  # another file system: copied instead
+                        pass
+                shutil.copy2(path, target / path.name)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import shutil
 from pathlib import Path
 
 import pytest
@@ -42,16 +43,18 @@ def events(tenant: str, n: int) -> list[bytes]:
     return out
 
 
-def test_a_snapshot_restores_to_the_same_store(tenant: Tenant, tmp_path: Path) -> None:
+@pytest.mark.parametrize("links", [True, False], ids=["directory", "tar"])
+def test_a_snapshot_restores_to_the_same_store(tenant: Tenant, tmp_path: Path, links: bool) -> None:
     tenant.apply("MemoryRemembered", remembered("a", importance=5))
     tenant.apply("KpiObserved", {"metric": "roas", "value": 2.5, "period": "2026-11"})
     tenant.apply(
         "MemoryRemembered", remembered("b", importance=5, replaces="a"), timestamp_ms=1_764_600_000_123
     )
     objects = LocalObjects(tmp_path / "objects")
-    snaps = Snapshots(objects)
+    snaps = Snapshots(objects, links=links)
     snap = snaps.take("acme", tenant.graph)
     assert (snap.partition, snap.offset, snap.timestamp_ms, snap.handled) == (0, 2, 1_764_600_000_123, 3)
+    assert snap.format == ("dir" if links else "tar")
     assert snaps.list("acme") == [snap] and snaps.list("other") == []
     assert snaps.nearest("acme", 0, 3) == snap
     assert snaps.nearest("acme", 0, 2) is None  # a replay that stops before offset 2 cannot use it
@@ -61,12 +64,21 @@ def test_a_snapshot_restores_to_the_same_store(tenant: Tenant, tmp_path: Path) -
     restored = TenantGraph(tmp_path / "restored", tenant.graph.knowledge)
     assert export_nquads(restored) == export_nquads(tenant.graph)
     assert restored.checkpoint() == Position(0, 2, 1_764_600_000_123)
+    tenant.apply("MemoryRemembered", remembered("c"))  # the live store moves on; the restored one
+    restored.apply(event("MemoryRemembered", remembered("d")), Position(0, 3, 1))  # too, elsewhere
+    snaps.restore(snap, tmp_path / "again")  # the snapshot itself is unchanged by either
+    assert export_nquads(TenantGraph(tmp_path / "again", tenant.graph.knowledge)).count("memoryId") == 2
     with pytest.raises(FileExistsError):
         snaps.restore(snap, tmp_path / "restored")  # never over a store
-    objects.put(f"{snap.key}.tar", b"not a tar")
-    with pytest.raises(ValueError, match="corrupt"):
-        snaps.restore(snap, tmp_path / "again")
-    assert not (tmp_path / "again").exists()
+    if links:
+        shutil.rmtree(objects.root / "snapshots" / "acme" / f"{snap.offset:020d}.d")
+        with pytest.raises(ValueError, match="lost its data"):
+            snaps.restore(snap, tmp_path / "lost")
+    else:
+        objects.put(f"{snap.key}.tar", b"not a tar")
+        with pytest.raises(ValueError, match="corrupt"):
+            snaps.restore(snap, tmp_path / "lost")
+    assert not (tmp_path / "lost").exists()
     objects.delete(f"{snap.key}.json")  # a snapshot whose description was never written: cut short
     assert snaps.list("acme") == []
 
