@@ -411,6 +411,10 @@ class RecallHit(BaseModel):
 class RecallAnswer(BaseModel):
     data: list[RecallHit]
     tokens: int = Field(description="Tokens of the results together")
+    now: str = Field(
+        description="The clock recency and forgetting were computed against: the read's time (to the "
+        "millisecond), or its as_of time; as_of=now asks the same question again, with the same answer"
+    )
 
 
 class ContextItem(BaseModel):

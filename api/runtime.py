@@ -117,7 +117,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         vectors=(embedder.name, embedder.dim),
         keys=KeyStore(settings.key_store_dir),
     )
-    stores.snapshots = Snapshots(open_objects(settings), settings.snapshot_every)
+    stores.snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
     progress = Progress()
     indexed = Progress()
     indexer = Indexer(stores, indexed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -70,8 +71,13 @@ async def _recall(
         past = await past_stores(runtime, tenant, as_of)
         graph, stores = past.graph, past.stores
     indexes = stores.indexes(tenant) if graph is not None else None
+    # the ranking's clock: the as_of time when there is one, else now (to the millisecond, as the
+    # log's times are), so a read asked again with as_of=now is ranked the same
+    ms = as_of.time_ms if as_of is not None and as_of.time_ms is not None else time.time_ns() // 1_000_000
+    now = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+    stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     if indexes is None:
-        return RecallAnswer(data=[], tokens=0)
+        return RecallAnswer(data=[], tokens=0, now=stamp)
     started = time.perf_counter()
     vector = runtime.query_vector(body.q if body.fusion != "bm25" else None)
     query = RecallQuery(
@@ -93,6 +99,7 @@ async def _recall(
         vector,
         count_tokens=runtime.embedder.count_tokens,
         class_weight=class_weights(knowledge.ontology),
+        now=now,
     )
     data = [
         RecallHit(
@@ -112,7 +119,7 @@ async def _recall(
         for h in hits
     ]
     _timing(response, embed=vector.ms, total=(time.perf_counter() - started) * 1e3)
-    return RecallAnswer(data=data, tokens=sum(h.tokens for h in hits))
+    return RecallAnswer(data=data, tokens=sum(h.tokens for h in hits), now=stamp)
 
 
 @router.post("/recall", response_model=RecallAnswer, responses=responses(422))

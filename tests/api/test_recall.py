@@ -10,7 +10,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -385,30 +384,33 @@ def test_valid_at_answers_from_the_validity_intervals(rserver: tuple[Server, Set
 
 
 def test_as_of_answers_as_the_live_reads_did_then(rserver: tuple[Server, Settings]) -> None:
-    """Record the live answers of a sequence of reads while events arrive, then ask ``as_of``
-    each of those moments (a log position, and a time): the answers are the same. Recall's score
-    and its recency and forgetting signals are left out: they are computed against the clock of
-    the read, which is not the replay's."""
+    """Record the live answers of a sequence of reads while events arrive, then ask ``as_of`` each
+    of those moments: the answers are the same, field for field. A read's moment is the ``now``
+    its recall answer states (the clock its recency and forgetting were computed against); asked
+    at a log position instead, everything but that clock's fields is the same."""
     srv, _ = rserver
     t = tenant()
     base = f"{srv.url}/v1/tenants/{t}"
 
     def reads(**params: str) -> dict[str, Any]:
-        listed = srv.http.get(f"{base}/memories", params=params).json()
+        listed = srv.http.get(f"{base}/memories", params=params)
         r = srv.http.post(f"{base}/recall", params=params, json={"q": "Meta cap spend month"})
-        assert r.status_code == 200, r.text
-        hits = r.json()["data"]
-        for h in hits:
-            del h["score"], h["signals"]["recency"], h["signals"]["forgetting"]
+        assert listed.status_code == 200 and r.status_code == 200, (listed.text, r.text)
         return {
-            "list": listed,
+            "list": listed.json(),
             "get": {
                 m["id"]: srv.http.get(f"{base}/memories/{m['id']}", params=params).json()
-                for m in listed["data"]
+                for m in listed.json()["data"]
             },
-            "recall": hits,
+            "recall": r.json(),
             "context": context(srv, t, q="meta", **params),
         }
+
+    def unclocked(answers: dict[str, Any]) -> dict[str, Any]:
+        recall = answers["recall"]
+        hits = [{**h, "score": None, "signals": {**h["signals"], "recency": None, "forgetting": None}}
+                for h in recall["data"]]  # fmt: skip
+        return {**answers, "recall": {**recall, "data": hits, "now": None}}
 
     steps: list[dict[str, Any]] = [
         {"memory_id": "old", "label": "Meta cap", "content": "Max $30k/month on Meta", "importance": 5},
@@ -431,17 +433,17 @@ def test_as_of_answers_as_the_live_reads_did_then(rserver: tuple[Server, Setting
     for body in steps:
         at = write(srv, t, **body)
         moments.append((f"{at['partition']}:{at['offset']}", reads()))
+        time.sleep(0.005)  # the next event is appended after this read's millisecond
     r = srv.http.post(f"{base}/kpis", params={"wait": "true"},
                       json={**OPERATOR, "metric": "roas", "value": 2.5, "period": "2026-11"})  # fmt: skip
     assert r.status_code == 202, r.text
     moments.append((f"{r.json()['partition']}:{r.json()['offset']}", reads()))
-    time.sleep(0.05)
-    when = datetime.now(UTC).isoformat()
-    moments.append((when, reads()))
+    time.sleep(0.005)
     write(srv, t, memory_id="later", label="Later", content="Written after every moment", importance=5)
-    for as_of, live in moments:
-        assert reads(as_of=as_of) == live, as_of
-    assert reads() != moments[-1][1]  # the present has moved on
+    for position, live in moments:
+        assert reads(as_of=live["recall"]["now"]) == live, live["recall"]["now"]  # field for field
+        assert unclocked(reads(as_of=position)) == unclocked(live), position
+    assert reads()["list"] != moments[-1][1]["list"]  # the present has moved on
     home = int(moments[0][0].split(":")[0])
     for bad, reason in [(f"{home + 1}:0", "partition"), ("yesterday", "ISO-8601"), ("1:x", "ISO-8601")]:
         r = srv.http.get(f"{base}/memories", params={"as_of": bad})
