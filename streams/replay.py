@@ -60,9 +60,10 @@ async def replay_tenant(
         raise ValueError(f"not a tenant id: {tenant!r} (must match {v.TENANT_RE.pattern})")
     fetch_guard.install()
     partitions = await partition_count(settings, settings.events_topic)
-    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
-    keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))  # a forgotten memory's key is already gone
-    stores = stores or TenantStores(root, knowledge=knowledge, keys=keys)
+    if stores is None:  # a caller's stores (an as_of) come with their knowledge and keys
+        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+        keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))  # a forgotten memory's key is gone already
+        stores = TenantStores(root, knowledge=knowledge, keys=keys)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         enable_auto_commit=False,
