@@ -7,10 +7,12 @@ facts, inferred facts and checkpoint agree), under ``snapshots/{tenant}/``: in a
 ``{offset:020d}.tar`` (sha256-checked on restore); in a local directory, ``{offset:020d}.d/``, the
 backup itself, whose table files are hard links to the live store's (RocksDB never changes a
 table file), so a snapshot costs the files written since the last one and a restore links them
-again (milliseconds, not a copy of the store). Beside it, ``{offset:020d}.json`` says what it holds
-(format, partition, offset, the log time of that event, events handled, bytes, sha256), written
-last: a snapshot without it was cut short and is never used. The search indexes are not in it:
-they are rebuilt from the graph when opened.
+again (milliseconds, not a copy of the store). Its descriptor, ``index/{offset:020d}.json``, says
+what it holds (format, partition, offset, the log time of that event, events handled, bytes,
+sha256) and is written last: a snapshot without it was cut short and is never used. The
+descriptors have a directory of their own so that finding the nearest snapshot lists them alone,
+not the files of every snapshot, and reads only the ones it needs. The search indexes are not in a
+snapshot: they are rebuilt from the graph when opened.
 """
 
 from __future__ import annotations
@@ -50,6 +52,18 @@ class Snapshot:
     def key(self) -> str:
         return f"{PREFIX}/{self.tenant}/{self.offset:020d}"
 
+    @property
+    def descriptor(self) -> str:
+        return _descriptor(self.tenant, self.offset)
+
+
+def _index(tenant: str) -> str:
+    return f"{PREFIX}/{tenant}/index/"
+
+
+def _descriptor(tenant: str, offset: int) -> str:
+    return f"{_index(tenant)}{offset:020d}.json"
+
 
 class Snapshots:
     """Takes, lists and restores one deployment's tenant snapshots; ``every`` is how many handled
@@ -83,7 +97,7 @@ class Snapshots:
                 hashlib.sha256(data).hexdigest(),
             )  # fmt: skip
             self.objects.put(f"{key}.tar", data)
-        self.objects.put(f"{key}.json", json.dumps(asdict(snap), sort_keys=True).encode())
+        self.objects.put(snap.descriptor, json.dumps(asdict(snap), sort_keys=True).encode())
         log.info(
             "snapshot %s at %d:%d, %d bytes (%s)",
             tenant,
@@ -117,27 +131,32 @@ class Snapshots:
         multiple of ``every``."""
         return self.every > 0 and after // self.every > before // self.every
 
+    def _offsets(self, tenant: str) -> list[int]:
+        """The offsets of the tenant's complete snapshots, from their descriptors' names, ascending."""
+        names = (key.rpartition("/")[2] for key in self.objects.list(_index(tenant)))
+        return sorted(int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit())
+
+    def _read(self, tenant: str, offset: int) -> Snapshot:
+        return Snapshot(**json.loads(self.objects.get(_descriptor(tenant, offset))))
+
     def list(self, tenant: str) -> list[Snapshot]:
         """The tenant's complete snapshots, oldest first."""
-        found = []
-        for key in self.objects.list(f"{PREFIX}/{tenant}/"):
-            if key.endswith(".json"):
-                found.append(Snapshot(**json.loads(self.objects.get(key))))
-        return sorted(found, key=lambda s: s.offset)
+        return [self._read(tenant, offset) for offset in self._offsets(tenant)]
 
     def nearest(
         self, tenant: str, partition: int, before_offset: int, at_or_before_ms: int | None = None
     ) -> Snapshot | None:
         """The latest snapshot of the tenant's partition below ``before_offset`` (and taken at or
-        before a log time), or None."""
-        fits = [
-            s
-            for s in self.list(tenant)
-            if s.partition == partition
-            and s.offset < before_offset
-            and (at_or_before_ms is None or s.timestamp_ms <= at_or_before_ms)
-        ]
-        return fits[-1] if fits else None
+        before a log time), or None: the descriptors are read newest first, until one fits."""
+        for offset in reversed(self._offsets(tenant)):
+            if offset >= before_offset:
+                continue
+            snap = self._read(tenant, offset)
+            if snap.partition == partition and (
+                at_or_before_ms is None or snap.timestamp_ms <= at_or_before_ms
+            ):
+                return snap
+        return None
 
     def restore(self, snap: Snapshot, target: Path) -> None:
         """Unpack ``snap`` into ``target`` (a store directory that must not exist yet)."""

@@ -79,7 +79,7 @@ def test_a_snapshot_restores_to_the_same_store(tenant: Tenant, tmp_path: Path, l
         with pytest.raises(ValueError, match="corrupt"):
             snaps.restore(snap, tmp_path / "lost")
     assert not (tmp_path / "lost").exists()
-    objects.delete(f"{snap.key}.json")  # a snapshot whose description was never written: cut short
+    objects.delete(snap.descriptor)  # a snapshot whose description was never written: cut short
     assert snaps.list("acme") == []
 
 
@@ -94,7 +94,7 @@ def test_a_snapshot_round_trips_through_s3(tenant: Tenant, tmp_path: Path, s3: S
     assert export_nquads(TenantGraph(tmp_path / "restored", tenant.graph.knowledge)) == export_nquads(
         tenant.graph
     )
-    for key in objects.list(f"snapshots/acme/{snap.offset:020d}"):
+    for key in (f"{snap.key}.tar", snap.descriptor):
         objects.delete(key)
 
 
