@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -21,6 +19,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaClient
 
 from engram.settings import Settings
+from streams import local_process
 
 log = logging.getLogger(__name__)
 
@@ -171,30 +170,9 @@ def _pid_file(settings: Settings) -> Path:
     return broker_dir(settings) / "broker.pid"
 
 
-def _read_pid(settings: Settings) -> int | None:
-    try:
-        pid = int(_pid_file(settings).read_text().strip())
-        os.kill(pid, 0)
-        return pid
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False  # our own child, now reaped
-    except ChildProcessError:
-        pass  # not our child: the kill probe below decides
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def status(settings: Settings) -> BrokerStatus:
-    return BrokerStatus(answers(settings.kafka_bootstrap), _read_pid(settings), settings.kafka_bootstrap)
+    pid = local_process.read_pid(_pid_file(settings))
+    return BrokerStatus(answers(settings.kafka_bootstrap), pid, settings.kafka_bootstrap)
 
 
 def start(settings: Settings, *, timeout: float = 90.0) -> float:
@@ -236,34 +214,22 @@ def start(settings: Settings, *, timeout: float = 90.0) -> float:
         str(props),
         log4j="log4j2.properties",
     )
-    with open(bdir / "kafka.out", "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    _pid_file(settings).write_text(str(proc.pid))
-    deadline = began + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise KafkaError(f"broker exited with {proc.returncode}; see {bdir / 'kafka.out'}")
-        if answers(settings.kafka_bootstrap, timeout=1.0):
-            elapsed = time.monotonic() - began
-            log.info("kafka answering on %s after %.1fs", settings.kafka_bootstrap, elapsed)
-            return elapsed
-        time.sleep(0.25)
-    raise KafkaError(f"broker did not answer within {timeout:.0f}s; see {bdir / 'kafka.log'}")
+    proc = local_process.launch(cmd, bdir / "kafka.out", _pid_file(settings))
+    return local_process.wait_until_answering(
+        proc,
+        lambda: answers(settings.kafka_bootstrap, timeout=1.0),
+        name="broker",
+        where=settings.kafka_bootstrap,
+        began=began,
+        timeout=timeout,
+        poll=0.25,
+        out=bdir / "kafka.out",
+        log_file=bdir / "kafka.log",
+        pid_file=_pid_file(settings),
+        error=KafkaError,
+    )
 
 
 def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
     """Stop the broker this project started; False when none of ours was running."""
-    pid = _read_pid(settings)
-    if pid is None:
-        return False
-    os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            break
-        time.sleep(0.2)
-    else:
-        log.warning("broker %d did not stop in %.0fs; killing it", pid, timeout)
-        os.killpg(pid, signal.SIGKILL)
-    _pid_file(settings).unlink(missing_ok=True)
-    return True
+    return local_process.stop(_pid_file(settings), name="broker", timeout=timeout, poll=0.2)

@@ -10,9 +10,7 @@ already answers there is reused.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from engram.settings import Settings
+from streams import local_process
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +29,7 @@ S3PROXY_VERSION = "2.6.0"
 ARTIFACT = f"org.gaul:s3proxy:{S3PROXY_VERSION}:jar:jar-with-dependencies"
 DEFAULT_ENDPOINT = "http://127.0.0.1:9070"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MARKER = b"s3proxy"  # in our server's command line: a stale pid file's pid reused elsewhere is not it
 
 
 class S3Error(RuntimeError):
@@ -128,35 +128,9 @@ def _pid_file(settings: Settings) -> Path:
     return server_dir(settings) / "s3proxy.pid"
 
 
-def _read_pid(settings: Settings) -> int | None:
-    """The pid of our s3proxy, if it runs; a stale file's pid reused by another program is not it."""
-    try:
-        pid = int(_pid_file(settings).read_text().strip())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        return None
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists() and b"s3proxy" not in cmdline.read_bytes():
-        return None
-    return pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False  # our own child, now reaped
-    except ChildProcessError:
-        pass  # not our child: the kill probe below decides
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def status(settings: Settings) -> S3Status:
     url = endpoint(settings)
-    return S3Status(answers(url), _read_pid(settings), url)
+    return S3Status(answers(url), local_process.read_pid(_pid_file(settings), MARKER), url)
 
 
 def start(settings: Settings, *, timeout: float = 60.0) -> float:
@@ -189,36 +163,22 @@ def start(settings: Settings, *, timeout: float = 60.0) -> float:
         str(props),
     ]
     out_path = sdir / "s3proxy.out"
-    with open(out_path, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    _pid_file(settings).write_text(str(proc.pid))
-    deadline = began + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            _pid_file(settings).unlink(missing_ok=True)
-            tail = out_path.read_text(errors="replace")[-1500:]
-            raise S3Error(f"s3proxy exited with {proc.returncode}; see {out_path}:\n{tail}")
-        if answers(url, timeout=1.0):
-            elapsed = time.monotonic() - began
-            log.info("s3proxy answering on %s after %.1fs", url, elapsed)
-            return elapsed
-        time.sleep(0.1)
-    raise S3Error(f"s3proxy did not answer within {timeout:.0f}s; see {out_path}")
+    proc = local_process.launch(cmd, out_path, _pid_file(settings))
+    return local_process.wait_until_answering(
+        proc,
+        lambda: answers(url, timeout=1.0),
+        name="s3proxy",
+        where=url,
+        began=began,
+        timeout=timeout,
+        poll=0.1,
+        out=out_path,
+        log_file=out_path,
+        pid_file=_pid_file(settings),
+        error=S3Error,
+    )
 
 
 def stop(settings: Settings, *, timeout: float = 20.0) -> bool:
     """Stop the s3proxy this project started; False when none of ours was running."""
-    pid = _read_pid(settings)
-    if pid is None:
-        return False
-    os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            break
-        time.sleep(0.1)
-    else:
-        log.warning("s3proxy %d did not stop in %.0fs; killing it", pid, timeout)
-        os.killpg(pid, signal.SIGKILL)
-    _pid_file(settings).unlink(missing_ok=True)
-    return True
+    return local_process.stop(_pid_file(settings), name="s3proxy", timeout=timeout, poll=0.1, marker=MARKER)
