@@ -149,11 +149,10 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     import time
 
     from projections.read import export_nquads
-    from streams.asof import parse_as_of
+    from streams.asof import parse_as_of, replay_end
     from streams.objects import open_objects
     from streams.replay import replay_tenant
     from streams.snapshots import Snapshots
-    from streams.topics import partition_count, partition_for
 
     try:
         at = parse_as_of(args.as_of) if args.as_of else None
@@ -164,13 +163,11 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     if out_dir is not None and out_dir.exists() and any(out_dir.iterdir()):
         print(f"engram replay: --out {out_dir} is not empty", file=sys.stderr)
         return 2
-    until = None
-    if at is not None and at.position is not None:
-        home = partition_for(args.tenant, asyncio.run(partition_count(settings, settings.events_topic)))
-        if at.position[0] != home:
-            print(f"engram replay: {args.tenant}'s events are on partition {home}", file=sys.stderr)
-            return 2
-        until = at.position[1] + 1  # the event at the position included
+    try:
+        until = asyncio.run(replay_end(settings, args.tenant, at)) if at is not None else None
+    except ValueError as exc:  # a position on another partition than the tenant's
+        print(f"engram replay: --as-of: {exc}", file=sys.stderr)
+        return 2
     started = time.monotonic()
 
     def tick(offset: int, end: int) -> None:

@@ -51,6 +51,26 @@ def parse_as_of(text: str) -> AsOf:
         raise ValueError(f"{exc}; or a log position partition:offset such as 3:1200") from exc
 
 
+async def replay_end(settings: Settings, tenant: str, at: AsOf) -> int:
+    """The offset of the tenant's partition a replay to ``at`` stops before; ValueError for a
+    position on another partition than the tenant's."""
+    partitions = await partition_count(settings, settings.events_topic)
+    home = partition_for(tenant, partitions)
+    if at.position is not None:
+        partition, offset = at.position
+        if partition != home:
+            raise ValueError(f"tenant {tenant}'s events are on partition {home}, not {partition}")
+        return offset + 1
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(settings.events_topic, home)
+        found = (await consumer.offsets_for_times({tp: (at.time_ms or 0) + 1}))[tp]
+        return found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]
+    finally:
+        await consumer.stop()
+
+
 @dataclass
 class Past:
     """One ephemeral projection: its stores (graph and indexes) and the tenant's graph in them."""
@@ -77,27 +97,9 @@ class AsOfProjections:
         self._built: OrderedDict[tuple[str, int, int | None], Past] = OrderedDict()
         self._locks: dict[tuple[str, int, int | None], asyncio.Lock] = {}
 
-    async def _until(self, tenant: str, at: AsOf) -> int:
-        """The offset of the tenant's partition the replay stops before."""
-        partitions = await partition_count(self.settings, self.settings.events_topic)
-        home = partition_for(tenant, partitions)
-        if at.position is not None:
-            partition, offset = at.position
-            if partition != home:
-                raise ValueError(f"tenant {tenant}'s events are on partition {home}, not {partition}")
-            return offset + 1
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            tp = TopicPartition(self.settings.events_topic, home)
-            found = (await consumer.offsets_for_times({tp: (at.time_ms or 0) + 1}))[tp]
-            return found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]
-        finally:
-            await consumer.stop()
-
     async def at(self, tenant: str, at: AsOf) -> Past:
         """The tenant as of ``at``: replayed now, or kept from an earlier read of the same point."""
-        key = (tenant, await self._until(tenant, at), at.time_ms)
+        key = (tenant, await replay_end(self.settings, tenant, at), at.time_ms)
         async with self._locks.setdefault(key, asyncio.Lock()):
             if (past := self._built.get(key)) is not None:
                 self._built.move_to_end(key)
