@@ -15,6 +15,7 @@ from pyoxigraph import Literal, NamedNode
 from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
 from schemas import vocabulary as v
+from schemas.checks import parse_time
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,6 @@ def memory_facts(graph: TenantGraph, memory_id: str, *, lean: bool = False) -> M
     )
 
 
-def _instant(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def held_at(graph: TenantGraph, memory_id: str, when: datetime) -> bool:
     """Whether a memory held in the world at ``when`` (valid time): ``when`` is inside
     [validFrom, validTo), before its expiry, and the memory is not forgotten (erased for good)."""
@@ -152,9 +149,9 @@ def held_at(graph: TenantGraph, memory_id: str, when: datetime) -> bool:
     return (
         start is not None
         and one("forgotten") is None
-        and _instant(start) <= when
-        and (end is None or when < _instant(end))
-        and (expires is None or when < _instant(expires))
+        and parse_time(start, "validFrom") <= when
+        and (end is None or when < parse_time(end, "validTo"))
+        and (expires is None or when < parse_time(expires, "expiresAt"))
     )
 
 
