@@ -139,6 +139,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         else None,
     )
     runtime.past = AsOfProjections(settings, knowledge, (embedder.name, embedder.dim), stores.snapshots)
+    stores.erasure_listeners.append(runtime.past.forget_tenant)
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
     await runtime.lag.start()

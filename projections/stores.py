@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
+import os
 import shutil
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +23,10 @@ from schemas.events import Position
 from streams.keystore import Keys
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+ERASING = "erasing"  # in a tenant's directory while a forget's words may still be in its files
 
 
 class StoreLocked(Exception):
@@ -64,6 +72,9 @@ class TenantStores:
         self.vectors = vectors
         self._open: OrderedDict[str, TenantGraph] = OrderedDict()
         self._indexes: dict[str, TenantIndexes] = {}
+        self._exclusive: dict[str, asyncio.Lock] = {}
+        # called with a tenant once its erasure is done: caches of its past (as_of) drop their copies
+        self.erasure_listeners: list[Callable[[str], None]] = []
 
     def _path(self, tenant: str) -> Path:
         if not v.full_match(v.TENANT_RE, tenant):
@@ -88,6 +99,8 @@ class TenantStores:
             return graph
         if not create and not self.exists(tenant):
             return None
+        if (self._path(tenant).parent / ERASING).exists():
+            self._finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
         try:
             graph = TenantGraph(self._path(tenant), self.knowledge)
         except OSError:
@@ -118,31 +131,35 @@ class TenantStores:
             found = self._indexes[tenant] = TenantIndexes(graph.path.parent, graph, model, dim)
         return found
 
-    # -- vacuum: a store rewritten from what it holds now ---------------------------------------
+    # -- vacuum and erasure: a store rewritten from what it holds now --------------------------
+    def exclusive(self, tenant: str) -> asyncio.Lock:
+        """Held by whoever works on the tenant's store or indexes in another thread (an index commit,
+        a snapshot), and by an erasure, which closes and replaces them."""
+        return self._exclusive.setdefault(tenant, asyncio.Lock())
+
     def vacuum(self, tenant: str) -> int:
         """Rewrite the tenant's store from its current facts; returns how many quads it holds.
 
         A forgotten memory's words leave the store's answers at once, but RocksDB's write-ahead
         log and oxigraph's interned strings keep them in its files; a store written afresh from
-        the current quads holds none of them. The store must not be open elsewhere (server stopped).
+        the current quads holds none of them. Another process must not have the store open (the
+        running server vacuums a tenant itself after each forget).
         """
-        path = self._path(tenant)
+        path = self._path(tenant)  # an invalid id is a ValueError, before "no tenant"
         if not self.exists(tenant):
             raise LookupError(f"no tenant {tenant!r} in {self.root}")
-        if tenant in self._open:
-            self._close(tenant)
-            gc.collect()  # RocksDB's lock goes with the last reference
-        fresh_path, stale = path.with_name("graph.vacuum"), path.with_name("graph.stale")
+        graph = self._open.get(tenant)
+        source = graph.store if graph is not None else opened(tenant, lambda: Store(str(path)))
+        fresh_path = path.with_name("graph.vacuum")
         shutil.rmtree(fresh_path, ignore_errors=True)
-        old = opened(tenant, lambda: Store(str(path)))  # a running server holds it: say so
         fresh = Store(str(fresh_path))
-        fresh.bulk_extend(old.quads_for_pattern(None, None, None, None))
+        fresh.bulk_extend(source.quads_for_pattern(None, None, None, None))
         fresh.flush()
         count = len(fresh)
-        del old, fresh
-        gc.collect()  # both RocksDB handles closed before the directories move
+        del source, fresh, graph
+        self._close(tenant)
+        gc.collect()  # every RocksDB handle closed before the directories move
         (fresh_path / ".complete").touch()
-        path.rename(stale)
         self._finish_vacuum(tenant)
         return count
 
@@ -157,6 +174,38 @@ class TenantStores:
             fresh_path.rename(path)
         if stale.is_dir():
             shutil.rmtree(stale)
+
+    def begin_erasure(self, tenant: str) -> None:
+        """Mark the tenant before a forget commits, so a crash before ``erase`` finishes is
+        completed when the store is next opened."""
+        mark = self._path(tenant).parent / ERASING
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        with open(mark, "wb") as f:
+            os.fsync(f.fileno())
+
+    async def erase(self, tenant: str) -> None:
+        """Every copy of a forgotten memory's words this process keeps, gone: the store rewritten
+        from its facts, the text index dropped (rebuilt from the graph when next opened), the
+        snapshots that may hold the words deleted, and the listeners' copies (as_of) dropped."""
+        async with self.exclusive(tenant):
+            self._finish_erasure(tenant)
+
+    def _finish_erasure(self, tenant: str) -> None:
+        started = time.perf_counter()
+        quads = self.vacuum(tenant) if self.exists(tenant) else 0
+        shutil.rmtree(self._path(tenant).parent / "text", ignore_errors=True)
+        purged = self.snapshots.purge(tenant) if self.snapshots is not None else 0
+        for listener in self.erasure_listeners:
+            listener(tenant)
+        (self._path(tenant).parent / ERASING).unlink(missing_ok=True)
+        log.info(
+            "erased forgotten words of %s: store rewritten (%d quads), text index dropped, "
+            "%d snapshots deleted, in %.0f ms",
+            tenant,
+            quads,
+            purged,
+            (time.perf_counter() - started) * 1e3,
+        )
 
     # -- records refused where no tenant's checkpoint can remember them ------------------------
     def _refused_mark(self, partition: int) -> Path:

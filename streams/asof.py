@@ -24,7 +24,7 @@ from projections.knowledge import Knowledge
 from projections.stores import TenantStores
 from projections.tenant_graph import TenantGraph
 from schemas.checks import InvalidEvent, parse_time
-from streams.keystore import KeyStore, ReadOnlyKeys
+from streams.keystore import KeyStore, ReadOnlyKeys, erasures
 from streams.replay import replay_tenant
 from streams.snapshots import Snapshots
 from streams.topics import partition_count, partition_for
@@ -78,6 +78,7 @@ class Past:
     stores: TenantStores
     graph: TenantGraph | None
     root: Path
+    erasures: int  # the tenant's erasures when it was built: kept only while that is still true
 
 
 class AsOfProjections:
@@ -93,7 +94,13 @@ class AsOfProjections:
     ) -> None:
         self.settings, self.knowledge, self.vectors, self.keep = settings, knowledge, vectors, keep
         self.snapshots = snapshots
-        self.root = Path(tempfile.mkdtemp(prefix="engram-asof-"))
+        # under the data directory, so an erasure's scan finds them; the leftovers of a process
+        # that died are removed, as only one process uses a data directory
+        scratch = settings.data_dir / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        for old in scratch.glob("asof-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        self.root = Path(tempfile.mkdtemp(prefix="asof-", dir=scratch))
         self._built: OrderedDict[tuple[str, int, int | None], Past] = OrderedDict()
         self._locks: dict[tuple[str, int, int | None], asyncio.Lock] = {}
 
@@ -102,8 +109,17 @@ class AsOfProjections:
         key = (tenant, await replay_end(self.settings, tenant, at), at.time_ms)
         async with self._locks.setdefault(key, asyncio.Lock()):
             if (past := self._built.get(key)) is not None:
-                self._built.move_to_end(key)
-                return past
+                if past.erasures == erasures(self.settings.key_store_dir, tenant):
+                    self._built.move_to_end(key)
+                    return past
+                self._drop(key, self._built.pop(key))  # a memory was forgotten since: words gone
+            return await self._build(key, tenant, at)
+
+    async def _build(self, key: tuple[str, int, int | None], tenant: str, at: AsOf) -> Past:
+        """Replay the tenant to ``at``; again if a key was destroyed meanwhile (the replay may have
+        read the words with it), so a build never outlives a forget it overlapped."""
+        while True:
+            before = erasures(self.settings.key_store_dir, tenant)
             root = Path(tempfile.mkdtemp(prefix=f"{tenant}-", dir=self.root))
             keys = ReadOnlyKeys(KeyStore(self.settings.key_store_dir))
             stores = TenantStores(root, knowledge=self.knowledge, vectors=self.vectors, keys=keys)
@@ -116,13 +132,26 @@ class AsOfProjections:
                 stores=stores,
                 snapshots=self.snapshots,
             )
-            past = self._built[key] = Past(stores, graph, root)
+            past = Past(stores, graph, root, before)
+            if erasures(self.settings.key_store_dir, tenant) != before:
+                self._discard(past)
+                continue
+            self._built[key] = past
             while len(self._built) > self.keep:
                 self._drop(*self._built.popitem(last=False))
             return past
 
+    def forget_tenant(self, tenant: str) -> None:
+        """Drop every projection of the tenant (an erasure listener: its words may be in them)."""
+        for key in [k for k in self._built if k[0] == tenant]:
+            self._drop(key, self._built.pop(key))
+
     def _drop(self, key: tuple[str, int, int | None], past: Past) -> None:
         self._locks.pop(key, None)
+        self._discard(past)
+
+    @staticmethod
+    def _discard(past: Past) -> None:
         past.stores.close()
         past.graph = None
         gc.collect()  # the store's handle goes with its last reference, before its files

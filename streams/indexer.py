@@ -69,6 +69,17 @@ class Indexer:
             if self._pending:  # a backlog: let the projector run; else the next write goes at once
                 await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
 
+    async def _index(self, tenant: str, position: Position, touched: set[str]) -> None:
+        """Refresh and commit one tenant's indexes, holding the tenant so an erasure does not close
+        them under the commit's thread (and keeping no reference once done)."""
+        async with self.stores.exclusive(tenant):
+            indexes = self.stores.indexes(tenant)
+            if indexes is None:
+                return
+            if touched:
+                indexes.refresh(sorted(touched))
+            await asyncio.to_thread(indexes.commit, position)
+
     async def _pass(self) -> None:
         self._wake.clear()
         batch, self._pending = self._pending, []
@@ -83,12 +94,7 @@ class Indexer:
         started = time.perf_counter()
         for tenant, position in last.items():
             try:
-                indexes = self.stores.indexes(tenant)
-                if indexes is None:
-                    continue
-                if touched[tenant]:
-                    indexes.refresh(sorted(touched[tenant]))
-                await asyncio.to_thread(indexes.commit, position)
+                await self._index(tenant, position, touched[tenant])
             except Exception:  # the graph is the truth: the index catches up when next opened
                 log.exception("indexing %s up to %d:%d failed", tenant, position.partition, position.offset)
         self.passes += 1

@@ -28,6 +28,8 @@ from schemas.checks import InvalidEvent
 from schemas.events import Event
 from schemas.payloads import MemoryEvent
 
+ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
+
 
 class KeyErased(LookupError):
     """The key was destroyed (its memory was forgotten)."""
@@ -116,6 +118,10 @@ class KeyStore:
             if not tomb.exists():
                 tomb.parent.mkdir(parents=True, exist_ok=True)
                 tomb.touch()
+                with open(self.directory / tenant / ERASURES, "ab") as f:  # one byte per erasure
+                    f.write(b"x")
+                    f.flush()
+                    os.fsync(f.fileno())
             if not path.exists():
                 return False
             with open(path, "r+b") as f:  # best effort on flash and copy-on-write disks
@@ -124,6 +130,15 @@ class KeyStore:
                 os.fsync(f.fileno())
             path.unlink()
             return True
+
+
+def erasures(keys_dir: Path, tenant: str) -> int:
+    """How many of the tenant's keys were ever destroyed: a copy of its memories made when this
+    was lower may hold words that are erased now (any process may ask; it only grows)."""
+    try:
+        return (keys_dir / tenant / ERASURES).stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _write_durably(path: Path, data: bytes) -> None:

@@ -34,7 +34,7 @@ from schemas.checks import InvalidEvent
 from schemas.events import Event, Position, validate
 from streams import codec, fetch_guard
 from streams.indexer import Indexer
-from streams.keystore import open_event
+from streams.keystore import KeyStore, open_event
 from streams.snapshots import Snapshots
 from streams.take import take_available
 from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count, partition_for
@@ -184,6 +184,7 @@ async def project(
         else:
             assert screened.tenant is not None
             runs.setdefault(screened.tenant, []).append((i, screened.step))
+    graph = None  # no handle kept across the runs: an erasure closes and replaces the store
     for tenant, run in runs.items():
         for piece in _snapshot_pieces(tenant, run, stores):
             await _apply_run(tenant, piece, records, results, stores, dead_letter, refuse_storeless)
@@ -242,16 +243,34 @@ async def _apply_run(
     for (i, _), outcome in zip(run, planned.outcomes, strict=True):
         if outcome.status is Status.REJECTED:
             await dead_letter(_kept_headers(records[i]), outcome.reason or "rejected")
-    for step, outcome in zip(steps, planned.outcomes, strict=True):
-        forgotten = step.event.payload if step.event is not None else None
-        if outcome.status is Status.APPLIED and isinstance(forgotten, ev.MemoryForgotten) and stores.keys:
-            # before the commit: a crash between the two applies the forget again, never skips it
-            stores.keys.destroy(tenant, sealing.key_id(forgotten.memory_id))
+    forgotten = [
+        step.event.payload.memory_id
+        for step, outcome in zip(steps, planned.outcomes, strict=True)
+        if outcome.status is Status.APPLIED
+        and step.event is not None
+        and isinstance(step.event.payload, ev.MemoryForgotten)
+    ]
+    erasing = bool(forgotten) and isinstance(stores.keys, KeyStore)  # the live projection, not a replay
+    if erasing:
+        stores.begin_erasure(tenant)
+    for memory_id in forgotten if stores.keys else ():
+        # before the commit: a crash between the two applies the forget again, never skips it
+        stores.keys.destroy(tenant, sealing.key_id(memory_id))
     graph = graph or stores.get(tenant, create=True)  # a new tenant's store: made to commit into
     assert graph is not None
     before = graph.handled()
     graph.commit_planned(planned)
-    await _snapshot_if_due(tenant, graph, before, planned, stores.snapshots)
+    if erasing:  # the words leave the store's files, the text index, the snapshots, the caches
+        del graph
+        await stores.erase(tenant)
+        try:
+            graph = stores.get(tenant)
+        except StoreLocked:  # a read still holds the old store: no snapshot now, the next is due later
+            graph = None
+        if stores.snapshots is not None and stores.snapshots.every > 0:
+            before = -stores.snapshots.every  # a fresh snapshot now: the earlier ones are gone
+    if graph is not None:
+        await _snapshot_if_due(tenant, graph, before, planned, stores.snapshots)
     for (i, step), outcome in zip(run, planned.outcomes, strict=True):
         touched = None
         if outcome.status is Status.APPLIED and step.event is not None:

@@ -158,6 +158,19 @@ class Snapshots:
                 return snap
         return None
 
+    def purge(self, tenant: str) -> int:
+        """Delete every snapshot of the tenant (after a forget: any of them may hold the forgotten
+        words); returns how many. The descriptor goes first, so a purge cut short leaves data no
+        one will use, never a descriptor without its data."""
+        offsets = self._offsets(tenant)
+        for offset in offsets:
+            key = f"{PREFIX}/{tenant}/{offset:020d}"
+            self.objects.delete(_descriptor(tenant, offset))
+            self.objects.delete(f"{key}.tar")
+            if isinstance(self.objects, LocalObjects):
+                shutil.rmtree(self.objects.root.joinpath(*f"{key}.d".split("/")), ignore_errors=True)
+        return len(offsets)
+
     def restore(self, snap: Snapshot, target: Path) -> None:
         """Unpack ``snap`` into ``target`` (a store directory that must not exist yet)."""
         if snap.format == "dir":

@@ -24,14 +24,17 @@ async def take(tenant: TenantId, runtime: CurrentRuntime, who: CurrentPrincipal)
     """Snapshot the tenant now (operators and auditors); besides every ``ENGRAM_SNAPSHOT_EVERY``
     events, which the projector takes itself."""
     governs(who)
-    graph = runtime.stores.get(tenant)
     snapshots = runtime.stores.snapshots
-    if graph is None or graph.checkpoint() is None:
-        raise not_found(f"tenant {tenant}")
-    try:  # in a thread: the copy is hard links, the upload may not be
-        snap = await asyncio.to_thread(snapshots.take, tenant, graph)
-    except OSError as exc:
-        raise problem(503, f"the snapshot could not be stored: {exc}", ["path", "tenant"]) from exc
+    async with runtime.stores.exclusive(tenant):  # not under an erasure, which replaces the store
+        graph = runtime.stores.get(tenant)
+        if graph is None or graph.checkpoint() is None:
+            raise not_found(f"tenant {tenant}")
+        try:  # in a thread: the copy is hard links, the upload may not be
+            snap = await asyncio.to_thread(snapshots.take, tenant, graph)
+        except OSError as exc:
+            raise problem(503, f"the snapshot could not be stored: {exc}", ["path", "tenant"]) from exc
+        finally:
+            del graph
     return SnapshotOut(key=snap.key, **vars(snap))
 
 

@@ -1,20 +1,25 @@
 """The crypto-shred test, on a real server and broker: a memory's words are never on the log in the
 clear, and once it is forgotten its key is gone, its replay shows it erased and equals the live
-store, and no byte of the topic, the dead letters or the key store yields its words."""
+store, and no file the system wrote (store, indexes, snapshots, archive, as_of scratch stores, keys)
+holds its words."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 
 from engram.harness import Server
 from engram.settings import Settings
 from projections.read import export_nquads
 from schemas import sealing
+from streams.objects import Objects, open_objects
 from streams.replay import replay_tenant
 
 
@@ -40,15 +45,56 @@ def hits(data: bytes, words: list[str]) -> int:
     return sum(data.count(w.encode()) for w in words)
 
 
-def files_bytes(root: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+def scan(root: Path, words: list[str]) -> tuple[int, int, list[str]]:
+    """Every file under ``root``: (files, bytes, the files holding any of ``words``)."""
+    files, size, holding = 0, 0, []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            data = p.read_bytes()
+            files, size = files + 1, size + len(data)
+            if hits(data, words):
+                holding.append(str(p.relative_to(root)))
+    return files, size, holding
 
 
-def test_a_forgotten_memory_is_only_ciphertext_on_the_log_and_erased_in_its_replay(
-    server: Server, settings: Settings, tmp_path: Path
+@pytest.fixture(params=["local", "s3"])
+def shredding(
+    request: pytest.FixtureRequest, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Server, Objects]]:
+    """A server that snapshots every 2 events and archives the log, into a local object store or
+    s3proxy (a bucket of its own): every copy it can make, made. Also the object store, to scan."""
+    monkeypatch.setenv("ENGRAM_SNAPSHOT_EVERY", "2")
+    monkeypatch.setenv("ENGRAM_ARCHIVE_ENABLED", "true")
+    monkeypatch.setenv("ENGRAM_ARCHIVE_SEGMENT_AGE_S", "0.5")
+    if request.param == "s3":
+        s3: Settings = request.getfixturevalue("s3")
+        bucket = f"shred-{uuid.uuid4().hex[:12]}"
+        named = [("ENDPOINT", s3.s3_endpoint), ("BUCKET", bucket), ("ACCESS_KEY", s3.s3_access_key),
+                 ("SECRET_KEY", s3.s3_secret_key), ("REGION", s3.s3_region)]  # fmt: skip
+        for name, value in named:
+            monkeypatch.setenv(f"ENGRAM_S3_{name}", str(value))
+        settings = settings.model_copy(update={"s3_endpoint": s3.s3_endpoint, "s3_bucket": bucket})
+    srv = Server(settings, tmp_path / "server.log").start()
+    srv.wait_ready()
+    yield srv, open_objects(settings)
+    srv.stop()
+
+
+def objects_bytes(objects: Objects) -> tuple[int, int, list[str], list[str]]:
+    """Every object of the store: (count, bytes, keys, the archive's segment keys)."""
+    keys = objects.list("")
+    data = {key: objects.get(key) for key in keys}
+    return len(keys), sum(map(len, data.values())), keys, [k for k in keys if k.endswith(".avro")]
+
+
+def test_a_forgotten_memory_is_only_ciphertext_on_the_log_and_erased_everywhere(
+    shredding: tuple[Server, Objects], settings: Settings, tmp_path: Path
 ) -> None:
+    server, objects = shredding
     mark = uuid.uuid4().hex[:10]
-    words = [f"Okapi-{mark}", f"Quill-{mark}", f"Ember-{mark}", f"Vesper-{mark}"]
+    words = [f"Okapi{mark}", f"Quill{mark}", f"Ember{mark}", f"Vesper{mark}"]
+    # the text index keeps words lower-cased and stemmed: the mark itself is searched for too
+    needles = [*words, *(w.lower() for w in words), mark]
     base = f"{server.url}/v1/tenants/acme/memories"
     body = {
         "memory_id": "secret", "source": "operator", "label": f"Target for {words[0]}",
@@ -68,8 +114,20 @@ def test_a_forgotten_memory_is_only_ciphertext_on_the_log_and_erased_in_its_repl
     assert server.http.get(f"{base}/secret").json()["label"] == words[3]
     found = server.http.post(f"{server.url}/v1/tenants/acme/recall", json={"q": words[1]}, timeout=40).json()
     assert [m["id"] for m in found["data"]][:1] == ["secret"]
+    r = server.http.post(f"{server.url}/v1/tenants/acme/snapshots", timeout=40)
+    assert r.status_code == 201, r.text
+    # as_of reads cached before the forget: the list and the memory, as the system knew them then
+    as_of = "0:" + str(r.json()["offset"])
+    before_list = server.http.get(base, params={"as_of": as_of}, timeout=60)
+    before_one = server.http.get(f"{base}/secret", params={"as_of": as_of}, timeout=60)
+    assert words[3] in before_list.text and before_one.json()["label"] == words[3], before_one.text
     before = asyncio.run(topic_bytes(settings, settings.events_topic))
     assert before and hits(before, words) == 0  # sealed from the first write: no plaintext, ever
+    # the scan can see the words: before the forget they are in the store, the snapshots, as_of's
+    _, _, holding = scan(settings.data_dir, needles)
+    assert any("tenants/acme" in h for h in holding), holding
+    assert any(h.startswith("scratch/") for h in holding), holding
+    assert any(hits(objects.get(k), needles) for k in objects.list("snapshots/")), objects.list("")
 
     r = server.http.post(
         f"{base}/secret/forget",
@@ -83,20 +141,34 @@ def test_a_forgotten_memory_is_only_ciphertext_on_the_log_and_erased_in_its_repl
     assert got["memory_class"] == "Memory"
     found = server.http.post(f"{server.url}/v1/tenants/acme/recall", json={"q": words[1]}, timeout=40).json()
     assert "secret" not in [m["id"] for m in found["data"]]
+    # the same as_of reads again: answered without the forgotten words
+    after_list = server.http.get(base, params={"as_of": as_of}, timeout=60)
+    after_one = server.http.get(f"{base}/secret", params={"as_of": as_of}, timeout=60)
+    assert after_list.status_code == after_one.status_code == 200, after_one.text
+    assert hits(after_list.content + after_one.content, needles) == 0, after_one.text
+    assert after_one.json()["label"] == sealing.ERASED
 
     log_bytes = asyncio.run(topic_bytes(settings, settings.events_topic))
     dead = asyncio.run(topic_bytes(settings, settings.dead_letters_topic))
-    keys = files_bytes(settings.key_store_dir)
-    assert (hits(log_bytes, words), hits(dead, words), hits(keys, words)) == (0, 0, 0)
+    assert (hits(log_bytes, words), hits(dead, words)) == (0, 0)
     graph = asyncio.run(replay_tenant(settings, "acme", tmp_path / "replay"))
     assert graph is not None
     replayed = export_nquads(graph)
     del graph
     gc.collect()
     live = server.http.get(f"{server.url}/v1/tenants/acme/graph", timeout=30).text
-    assert replayed == live and hits(replayed.encode(), words) == 0
+    assert replayed == live and hits(replayed.encode(), needles) == 0
     assert '"a memory that stays"' in replayed  # the other memory's key is untouched
-    # not asserted: the tenant's own store files (RocksDB's write-ahead log; oxigraph's interned
-    # strings) may keep the words until the store is rebuilt from the log (the README says so)
-    print({"log_records_bytes": len(log_bytes), "hits_on_log": 0, "hits_in_dead_letters": 0,
-           "tenant_store_hits": hits(files_bytes(settings.tenants_dir / "acme"), words)})  # fmt: skip
+    # every file the system wrote: the tenant's store, its indexes, snapshots, the archive, the
+    # as_of scratch stores, the keys; the archive has segments by now (it rolls every 0.5 s)
+    deadline = time.monotonic() + 30
+    while not objects_bytes(objects)[3] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    files, size, holding = scan(settings.data_dir, needles)
+    count, stored, keys, archived = objects_bytes(objects)
+    in_objects = [k for k in keys if hits(objects.get(k), needles)]
+    print({"files_scanned": files, "bytes_scanned": size, "objects_scanned": count, "object_bytes": stored,
+           "archive_segments": len(archived), "snapshots": len(objects.list("snapshots/acme/index/")),
+           "log_records_bytes": len(log_bytes), "hits": len(holding) + len(in_objects)})  # fmt: skip
+    assert archived and holding == [] and in_objects == []
+    assert objects.list("snapshots/acme/index/")  # a snapshot taken since, from the rewritten store

@@ -4,6 +4,7 @@ rebuild from the same records equals the live store, and nothing of the memory i
 from __future__ import annotations
 
 import asyncio
+import gc
 import stat
 from pathlib import Path
 from typing import Any
@@ -89,31 +90,60 @@ def test_forgetting_destroys_the_key_and_a_rebuild_then_equals_the_live_store(tm
         records([envelope("MemoryRevised", {"memory_id": "t1", "changes": {"label": "back"}})], keys)
 
 
-def test_vacuum_leaves_no_forgotten_word_in_the_store_files_and_changes_no_fact(tmp_path: Path) -> None:
+def test_a_forget_leaves_no_word_in_the_store_files_and_vacuum_changes_no_fact(tmp_path: Path) -> None:
     keys = KeyStore(tmp_path / "keys")
     secret = remembered("s1", label="Okapi-91 plan", content="Okapi-91 stays confidential")
     values = records([envelope("MemoryRemembered", secret)], keys)
-    values += records([envelope("MemoryForgotten", {"memory_id": "s1", "reason": "gdpr"})], keys)
     stores = TenantStores(tmp_path / "tenants", keys=keys)
-    assert feed(stores, values) == [Status.APPLIED] * 2
-    graph = stores.get("acme")
-    assert graph is not None
-    before = export_nquads(graph)
-    graph.flush()
-    del graph  # the store has one opener: vacuum's
 
     def hits() -> int:
         files = [p for p in (tmp_path / "tenants" / "acme").rglob("*") if p.is_file()]
         return sum(p.read_bytes().count(b"Okapi-91") for p in files)
 
-    assert "Okapi-91" not in before and hits() > 0  # gone from the answers, not yet from the files
+    assert feed(stores, values) == [Status.APPLIED]
+    assert hits() > 0  # the scan sees the words while the memory stands
+    values += records([envelope("MemoryForgotten", {"memory_id": "s1", "reason": "gdpr"})], keys)
+    assert feed(stores, values)[-1] is Status.APPLIED
+    assert hits() == 0  # the projector rewrote the store as it applied the forget
+    graph = stores.get("acme")
+    assert graph is not None
+    before = export_nquads(graph)
+    assert "Okapi-91" not in before
+    del graph  # the store has one opener: vacuum's
     assert stores.vacuum("acme") > 0
-    assert hits() == 0
     again = stores.get("acme")
     assert again is not None and export_nquads(again) == before
-    assert (
-        feed(stores, [*values, *records([envelope("ClockTicked", {"now": "2026-12-01T00:00:00Z"})], keys)])[
-            -1
-        ]
-        is Status.APPLIED
-    )
+    del again
+    tick = records([envelope("ClockTicked", {"now": "2026-12-01T00:00:00Z"})], keys)
+    assert feed(stores, [*values, *tick])[-1] is Status.APPLIED
+
+
+def test_an_erasure_a_crash_cut_short_completes_when_the_store_is_next_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeyStore(tmp_path / "keys")
+    secret = remembered("s1", label="Okapi-92 plan", content="Okapi-92 stays confidential")
+    values = records([envelope("MemoryRemembered", secret)], keys)
+    values += records([envelope("MemoryForgotten", {"memory_id": "s1", "reason": "gdpr"})], keys)
+
+    async def crash(self: TenantStores, tenant: str) -> None:
+        raise SystemExit("killed between the forget's commit and its erasure")
+
+    monkeypatch.setattr(TenantStores, "erase", crash)
+    stores = TenantStores(tmp_path / "tenants", keys=keys)
+    with pytest.raises(SystemExit):
+        feed(stores, values)
+    stores.close()
+    del stores
+    monkeypatch.undo()
+
+    def hits() -> int:
+        files = [p for p in (tmp_path / "tenants" / "acme").rglob("*") if p.is_file()]
+        return sum(p.read_bytes().count(b"Okapi-92") for p in files)
+
+    assert hits() > 0 and (tmp_path / "tenants" / "acme" / "erasing").exists()
+    gc.collect()
+    reopened = TenantStores(tmp_path / "tenants", keys=keys).get("acme")
+    assert reopened is not None and hits() == 0
+    assert not (tmp_path / "tenants" / "acme" / "erasing").exists()
+    assert "Okapi-92" not in export_nquads(reopened)
