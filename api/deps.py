@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import uuid
@@ -178,8 +179,10 @@ def write_attribution(
     tenant: str, body: models.Attribution, who: Principal, key: str | None
 ) -> writes.Attribution:
     """Who writes a request's event: the token's actor (``token_actor``), with the event id of the
-    Idempotency-Key, else the body's, else a fresh one. Every write route starts here."""
-    return body.attribution(token_actor(who, body.actor), event_id_for(tenant, key, body.event_id))
+    Idempotency-Key, else the body's, else a fresh one, and the token's teams (a write sees no team
+    memory a read would not). Every write route starts here."""
+    by = body.attribution(token_actor(who, body.actor), event_id_for(tenant, key, body.event_id))
+    return dataclasses.replace(by, teams=who.teams)
 
 
 async def get_search_graph(tenant: TenantId, commands: Commands) -> TenantGraph | None:

@@ -4,9 +4,10 @@ One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``
 ``place_hold``, ``release_hold``, ``observe_kpi``, ``observe_spend``, ``tick_clock``,
 ``change_stakeholder``), all through ``submit``. The answers: ``Accepted`` (``applied`` once the
 projection has it), or a ``Refused``: 403 for a change the actor may not make
-(``projections.governance``), 409 for a memory id that is taken, an event id reused for different
-content, a forget under a legal hold (or an event the projection rejected while the caller
-waited), 413 for an event the log cannot hold, 422 for an invalid event, 503 if the log is
+(``projections.governance``), 404 for a memory the actor may not see or that does not exist (one
+answer, decided before anything else about it), 409 for a memory id that is taken, an event id
+reused for different content, a forget under a legal hold (or an event the projection rejected
+while the caller waited), 413 for an event the log cannot hold, 422 for an invalid event, 503 if the log is
 unreachable, 504 if ``wait`` times out. A retry of a write that was applied (same event id, same
 content) is answered as the original, not produced again.
 """
@@ -24,9 +25,11 @@ from typing import Any, ClassVar
 from aiokafka.errors import KafkaError
 from pyoxigraph import Literal
 
+from projections import governance
+from projections.batch import Overlay
 from projections.conflicts import rivals, rivals_of_stored
-from projections.governance import Forbidden
-from projections.plan import no_facts
+from projections.governance import Forbidden, Unseen
+from projections.plan import GraphState, no_facts
 from projections.progress import Progress
 from projections.stores import TenantStores
 from projections.tenant_graph import AlreadyApplied, Status, TenantGraph
@@ -68,6 +71,10 @@ class NotAllowed(Refused):
     status = 403
 
 
+class NotFound(Refused):
+    status = 404
+
+
 class Conflicting(Refused):
     status = 409
 
@@ -94,6 +101,7 @@ class Attribution:
     occurred_at: datetime | str | None = None
     purpose: str | None = None
     correlation_id: str | None = None
+    teams: frozenset[str] | None = None  # a bearer token's: a write sees no team memory a read would not
 
     def envelope(self, event_type: str, tenant: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         optional = {
@@ -168,33 +176,37 @@ class Commands:
         assert isinstance(p, ev.MemoryRemembered)
         graph = await self.current(tenant)
         if graph is None or p.replaces is not None or p.on_conflict == v.OnConflict.KEEP_BOTH:
-            return await self.append(event, wait=wait)
+            return await self.append(event, wait=wait, teams=by.teams)
         if graph.applied_digest(event.event_id) is not None:  # a retry: answered by what it did then
-            return await self.append(self._as_applied(event, graph), wait=wait)
+            return await self.append(self._as_applied(event, graph), wait=wait, teams=by.teams)
+        authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
         found = rivals(self.stores.knowledge, graph, event)
         if not found:
-            return await self.append(event, wait=wait)
+            return await self.append(event, wait=wait, teams=by.teams)
         if event.source == v.Source.EXTRACTION:
             auto = [r for r in found if r.source == v.Source.EXTRACTION]
             chosen = replace(p, replaces=auto[0].id) if len(auto) == 1 else p
-            return await self.append(replace(event, payload=chosen), wait=wait)
+            return await self.append(replace(event, payload=chosen), wait=wait, teams=by.teams)
         if p.on_conflict == v.OnConflict.REPLACE:
             if len(found) > 1:
                 names = ", ".join(r.id for r in found)
                 raise Conflicting(
                     f"replace supersedes one memory; this conflicts with {names}: name one in replaces"
                 )
-            return await self.append(replace(event, payload=replace(p, replaces=found[0].id)), wait=wait)
+            chosen = replace(p, replaces=found[0].id)
+            return await self.append(replace(event, payload=chosen), wait=wait, teams=by.teams)
         same = [r for r in found if r.label.strip().casefold() == p.label.strip().casefold()]
         if len(same) == 1:  # the same thing said again: a revision of it, not a duplicate
-            return await self._restate(event, same[0].id, wait=wait)
+            return await self._restate(event, same[0].id, wait=wait, teams=by.teams)
         named = ", ".join(f"{r.id} ({r.label!r}, {r.source})" for r in found)
         raise Conflicting(
             f"conflicts with active memories {named}: send on_conflict=replace to supersede, or keep_both"
         )
 
-    async def _restate(self, event: Event, memory_id: str, *, wait: bool) -> Accepted:
-        return await self.append(self._restatement(event, memory_id), wait=wait)
+    async def _restate(
+        self, event: Event, memory_id: str, *, wait: bool, teams: frozenset[str] | None
+    ) -> Accepted:
+        return await self.append(self._restatement(event, memory_id), wait=wait, teams=teams)
 
     def _restatement(self, event: Event, memory_id: str) -> Event:
         """The remember ``event`` as a revision of ``memory_id`` (same event id: one request)."""
@@ -252,13 +264,15 @@ class Commands:
     async def restore(self, tenant: str, memory_id: str, by: Attribution, *, wait: bool = False) -> Accepted:
         """A superseded memory active again; refused (409) while an active memory would then
         contradict it (supersede or forget that one first)."""
+        event = self.validated(by.envelope("MemoryRestored", tenant, {"memory_id": memory_id}))
         graph = await self.current(tenant)
         if graph is not None and graph.objects(memory_iri(memory_id), e("supersededBy")):
+            authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
             found = [r for r in rivals_of_stored(graph, memory_id) if r.id != memory_id]
             if found:
                 named = ", ".join(f"{r.id} ({r.label!r})" for r in found)
                 raise Conflicting(f"restoring {memory_id} would contradict the active {named}")
-        return await self.submit(tenant, "MemoryRestored", {"memory_id": memory_id}, by, wait=wait)
+        return await self.append(event, wait=wait, teams=by.teams)
 
     async def forget(
         self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False
@@ -271,7 +285,10 @@ class Commands:
     ) -> Accepted:
         """A legal hold: while it stands the memory may not be forgotten."""
         payload = {"memory_id": memory_id, "reason": reason}
-        return await self.submit(tenant, "LegalHoldPlaced", payload, by, wait=wait)
+        try:
+            return await self.submit(tenant, "LegalHoldPlaced", payload, by, wait=wait)
+        except NotFound as exc:  # its memory is named in the body
+            raise NotFound(exc.reason, ("body", "memory_id")) from exc
 
     async def release_hold(
         self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False
@@ -338,23 +355,20 @@ class Commands:
     async def submit(
         self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
     ) -> Accepted:
-        return await self.append(self.validated(by.envelope(event_type, tenant, payload)), wait=wait)
+        event = self.validated(by.envelope(event_type, tenant, payload))
+        return await self.append(event, wait=wait, teams=by.teams)
 
-    async def append(self, event: Event, *, wait: bool) -> Accepted:
-        """Pre-check, append and answer one validated event."""
+    async def append(self, event: Event, *, wait: bool, teams: frozenset[str] | None = None) -> Accepted:
+        """Pre-check, append and answer one validated event (``teams``: the token's, if any)."""
         tenant = event.tenant
         try:
-            await self.decide(event)
+            await self.decide(event, teams)
         except AlreadyApplied:
             graph = self.stores.get(tenant)
             assert graph is not None
             return _answer_retry(event, graph)
-        except Forbidden as exc:
-            raise NotAllowed(str(exc)) from exc
-        except Conflict as exc:
-            raise Conflicting(str(exc)) from exc
         except PLAN_ERRORS as exc:
-            raise Invalid(rejection_reason(exc)) from exc
+            raise refused(exc) from exc
         try:
             pos = await self.producer.send(event)
         except InvalidEvent as exc:  # checked above; kept so a refusal can never become a 5xx
@@ -369,20 +383,20 @@ class Commands:
         await self._wait(event, pos)
         return Accepted(event.event_id, accepted.memory_id, pos.partition, pos.offset, applied=True)
 
-    async def decide(self, event: Event) -> None:
+    async def decide(self, event: Event, teams: frozenset[str] | None = None) -> None:
         """Decide ``event`` as the projection will, against the tenant's facts now; if it is refused
         while this process has a write to the tenant still in flight (a revision of a memory just
         remembered), decide again once that write is applied: a valid write does not wait here
         (``remember`` and ``restore`` wait in ``current`` first, to see conflicts)."""
         graph = self.stores.get(event.tenant)
         try:
-            precheck(self.stores, event, graph)
+            precheck(self.stores, event, graph, teams)
         except (AlreadyApplied, Conflict):
             raise
         except PLAN_ERRORS:
             if not self.in_flight(event.tenant):
                 raise
-            precheck(self.stores, event, await self.current(event.tenant))
+            precheck(self.stores, event, await self.current(event.tenant), teams)
 
     def in_flight(self, tenant: str) -> bool:
         pos = self.recent.get(tenant)
@@ -411,16 +425,45 @@ class Commands:
             raise NotInTime(f"applied at {pos.partition}:{pos.offset} but not searchable within {timeout}s")
 
 
-def precheck(stores: TenantStores, event: Event, graph: TenantGraph | None) -> None:
+def precheck(
+    stores: TenantStores, event: Event, graph: TenantGraph | None, teams: frozenset[str] | None = None
+) -> None:
     """What the projection would decide for ``event`` now, before it is appended to the log.
 
     Raises :class:`AlreadyApplied` for a retry of an applied event, :class:`Conflict` for a taken
     memory id or a reused event id, and another of ``PLAN_ERRORS`` for an event it would reject.
+    With a token's ``teams``, the governance check is made with them first.
     """
+    if teams is not None:
+        governance.check(event, _state(graph), teams)
     if graph is None:
         checked_plan(stores.knowledge, event, Position(0, 0), no_facts())
     else:
         graph.prepare(event, Position(0, 0))
+
+
+def _state(graph: TenantGraph | None) -> GraphState:
+    return Overlay(graph.store) if graph is not None else no_facts()
+
+
+def authorise(event: Event, graph: TenantGraph | None, teams: frozenset[str] | None) -> None:
+    """The governance check alone, as a refusal: for a command that looks at other memories
+    (rivals it would name) before it is appended."""
+    try:
+        governance.check(event, _state(graph), teams)
+    except InvalidEvent as exc:
+        raise refused(exc) from exc
+
+
+def refused(exc: BaseException) -> Refused:
+    """The answer to what the pre-check refused."""
+    if isinstance(exc, Unseen):  # worded as for a memory that does not exist: it may be one
+        return NotFound(str(exc), ("path",) if exc.field == "memory_id" else ("body", exc.field))
+    if isinstance(exc, Forbidden):
+        return NotAllowed(str(exc))
+    if isinstance(exc, Conflict):
+        return Conflicting(str(exc))
+    return Invalid(rejection_reason(exc))
 
 
 def _memory_id(event: Event) -> str | None:

@@ -4,6 +4,15 @@ One decision for a write over HTTP (its actor is the bearer token's) and for an 
 straight on Kafka (the actor it names): a refused event is dead-lettered with the reason, so the
 log cannot be used to go around the API.
 
+Authorisation decides before anything reveals existence: first what the actor's role alone
+refuses (whatever memory is named), then every memory the event names (its ``memory_id``,
+``superseded_by``, ``replaces``) must be one the actor may see, else the event is refused as
+:class:`Unseen`, worded exactly as for a memory that does not exist; only then whether it may make
+the change, and only then (``validation.checked_plan``) whether the change applies.
+
+* Seeing a memory: operators and auditors see all; company memories everyone; a user-scoped one its
+  user (an agent acting for them); a team one the team's members, as the tenant's
+  StakeholderChanged events record them (over HTTP the token's teams must say so too).
 * KPI, spend and clock events: pipelines and operators; a pipeline may emit nothing else.
 * A user-scoped memory: its user, or an agent acting for that user. Team and company memories:
   operators.
@@ -16,10 +25,12 @@ log cannot be used to go around the API.
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 from pyoxigraph import NamedNode
 
 from projections.plan import GraphState
-from projections.terms import e, memory_iri
+from projections.terms import e, memory_iri, user_iri
 from schemas import payloads as ev
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent
@@ -33,14 +44,63 @@ class Forbidden(InvalidEvent):
     """A valid event its actor may not cause (403 over HTTP; dead-lettered off Kafka)."""
 
 
-def check(event: Event, state: GraphState) -> None:
-    """Raise :class:`Forbidden` if the event's actor may not make this change."""
+class Unseen(InvalidEvent):
+    """The event names a memory its actor may not see, or one that does not exist: the two are
+    one refusal, so a refusal never tells them apart (404 over HTTP; dead-lettered off Kafka)."""
+
+    def __init__(self, field: str, memory_id: str) -> None:
+        super().__init__(f"memory {memory_id} not found")
+        self.field = field
+        self.memory_id = memory_id
+
+
+def check(event: Event, state: GraphState, teams: Set[str] | None = None) -> None:
+    """Raise :class:`Forbidden` or :class:`Unseen` if the event's actor may not make this change.
+
+    ``teams``: the teams a bearer token gives the actor; a team memory must then be one of theirs
+    by the token as well as by the tenant's records, so a write never sees more than a read."""
+    reason = role_refusal(event)
+    if reason is not None:
+        raise Forbidden(reason)
+    for name, memory_id in references(event.payload):
+        if not sees(event.actor, state, memory_id, teams):
+            raise Unseen(name, memory_id)
     reason = refusal(event, state)
     if reason is not None:
         raise Forbidden(reason)
 
 
-def refusal(event: Event, state: GraphState) -> str | None:
+def references(p: ev.Payload) -> list[tuple[str, str]]:
+    """Every memory an event names, as (field, id): the ones the actor must be able to see."""
+    if isinstance(p, ev.MemoryRemembered):
+        return [("replaces", p.replaces)] if p.replaces else []
+    if not isinstance(p, ev.MemoryEvent):
+        return []
+    named = [("memory_id", p.memory_id)]
+    if isinstance(p, ev.MemorySuperseded):
+        named.append(("superseded_by", p.superseded_by))
+    return named
+
+
+def sees(actor: Actor, state: GraphState, memory_id: str, teams: Set[str] | None = None) -> bool:
+    """Whether the memory exists and ``actor`` may see it (``visibility.may_see``, for an event)."""
+    m = memory_iri(memory_id)
+    if not state.objects(m, e("memoryId")):
+        return False
+    if actor.role in (Role.OPERATOR, Role.AUDITOR):
+        return True
+    scope = _one(state, m, "scope")
+    if scope == v.Scope.COMPANY:
+        return True
+    if scope == v.Scope.USER:
+        return actor.acting_user == _one(state, m, "stakeholderUser")
+    theirs = {t.value for t in state.objects(m, e("stakeholderTeam"))}
+    recorded = {t.value for t in state.objects(user_iri(actor.acting_user), e("team"))}
+    return bool(theirs & recorded) and (teams is None or bool(theirs & set(teams)))
+
+
+def role_refusal(event: Event) -> str | None:
+    """What the actor's role alone refuses, whatever memory the event names."""
     actor, p = event.actor, event.payload
     if actor.role not in v.values(Role):
         return f"actor role {actor.role!r} is not one of {', '.join(Role)}"
@@ -57,6 +117,12 @@ def refusal(event: Event, state: GraphState) -> str | None:
         return "an auditor reads and forgets; it does not write memories"
     if isinstance(p, ev.StakeholderChanged):
         return None if actor.role == Role.OPERATOR else "a user's teams and role are set by an operator"
+    return None
+
+
+def refusal(event: Event, state: GraphState) -> str | None:
+    """Whether the actor may make the change, once it may see every memory the event names."""
+    actor, p = event.actor, event.payload
     if isinstance(p, ev.MemoryRemembered):
         reason = _may_write(actor, p.scope, p.stakeholders.user_id)
         if reason is None and p.replaces:

@@ -182,7 +182,9 @@ def _field_literal(name: str, value: Any) -> Literal | None:
 def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
     m = memory_iri(p.memory_id)
     if b.state.objects(m, e("rememberedBy")):
-        raise Conflict(f"memory {p.memory_id} already exists; revise it instead")
+        # the same words whoever holds the id and whether or not the writer may see it: ids are
+        # tenant-wide, so that one is taken is all a writer learns (README, Governance)
+        raise Conflict(f"memory {p.memory_id} already exists: leave memory_id out to have one minted")
     event = b.event
     cls = NamedNode(v.class_iri(p.memory_class or "Memory"))
     b.add(m, RDF_TYPE, cls)

@@ -55,8 +55,9 @@ def check_property_names(knowledge: Knowledge, event: Event) -> None:
 
 
 def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: GraphState) -> Delta:
-    """``plan``, then whether its actor may make the change (``governance``), then the shapes of the
-    memory it creates or revises."""
+    """Whether its actor may make the change (``governance``: first, so no refusal says whether a
+    memory the actor may not see exists), then ``plan``, then the shapes of the memory it creates
+    or revises."""
     p = event.payload
     if isinstance(p, ev.MemoryRemembered):
         cls = v.class_iri(p.memory_class or "Memory")
@@ -65,8 +66,8 @@ def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: 
                 f"memory_class {cls.removeprefix(v.ENGRAM)} is derived by the rules; it cannot be asserted"
             )
     check_property_names(knowledge, event)
-    delta = plan(event, position, state)
     governance.check(event, state)
+    delta = plan(event, position, state)
     if isinstance(p, ev.MemoryEvent) and p.reshapes:
         violations = node_violations(knowledge, delta, state, memory_iri(p.memory_id))
         if violations:

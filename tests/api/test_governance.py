@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
-from engram.harness import Server
+import pytest
+
+from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from schemas.events import event_from_json
 from streams.producer import EventProducer
+from streams.topics import ensure_topics
 
 SAM = {"role": "user", "user": "sam", "teams": ["growth"]}
 ANN = {"role": "user", "user": "ann", "teams": ["brand"]}
@@ -241,3 +246,131 @@ def test_fifty_tenants_and_random_principals_see_nothing_they_should_not(
             leaks += len(leaked)
     print(f"isolation: {requests} requests, {leaks} leaks")
     assert leaks == 0
+
+
+# -- issue #22, items 3 and 4: authorisation decides before anything reveals existence ----------
+U1 = {"role": "user", "user": "u1"}
+U2 = {"role": "user", "user": "u2"}
+U2_AGENT = {"role": "agent", "user": "drafter", "on_behalf_of": "u2"}
+CAP = {"label": "Meta cap", "content": "at most $1 on Meta", "kind": "objective", "importance": 4,
+       "scope": "user", "stakeholders": {"user_id": "u1"}, "memory_class": "BudgetConstraintMemory",
+       "properties": {"platform": "meta", "amount": 1.0, "currency": "USD", "period": "month"}}  # fmt: skip
+OWN = {"memory_id": "own", "label": "Mine", "content": "u2's", "kind": "fact", "importance": 3,
+       "scope": "user", "stakeholders": {"user_id": "u2"}}  # fmt: skip
+TEAM = {"memory_id": "tmem", "label": "T1", "content": "t1's", "kind": "fact", "importance": 3,
+        "scope": "team", "stakeholders": {"team_ids": ["t1"]}}  # fmt: skip
+
+
+def written(r: Any) -> None:
+    assert r.status_code == 202 and r.json()["applied"], r.text
+
+
+@pytest.fixture(scope="module")
+def hidden(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server, three tenants. In ``hid-a`` u1 has ``priv`` (a Meta cap) and ``old1`` (another,
+    superseded by it) and the team t1 has ``tmem``; ``hid-b`` has none of them; in ``hid-c``,
+    ``priv`` is u2's own. All three have u2's ``own``."""
+    root = tmp_path_factory.mktemp("hidden")
+    settings = isolated_settings(broker, root / "data")
+    asyncio.run(ensure_topics(settings))
+    srv = Server(settings, root / "server.log").start()
+    srv.wait_ready()
+    written(post(srv, "hid-a", "/memories", {**CAP, "memory_id": "priv"}, **U1))
+    written(post(srv, "hid-a", "/memories", {**CAP, "memory_id": "old1", "on_conflict": "keep_both"}, **U1))
+    written(post(srv, "hid-a", "/memories/old1/supersede", {"superseded_by": "priv"}, **U1))
+    written(post(srv, "hid-a", "/memories", TEAM))
+    for tenant in ("hid-a", "hid-b", "hid-c"):
+        written(post(srv, tenant, "/memories", OWN, **U2))
+    written(post(srv, "hid-c", "/memories", {**OWN, "memory_id": "priv", "label": "Mine too"}, **U2))
+    yield srv
+    srv.stop()
+
+
+def probes(mid: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """Every route that takes a memory id, in the path or in the body; the one that would change
+    ``own`` if it were wrongly accepted comes last."""
+    mine = {"label": "Mine 2", "content": "c", "kind": "fact", "importance": 3, "scope": "user",
+            "stakeholders": {"user_id": "u2"}, "on_conflict": "keep_both"}  # fmt: skip
+    return [
+        ("GET", f"/memories/{mid}", None),
+        ("GET", f"/memories/{mid}?valid_at=2030-01-01T00:00:00Z", None),
+        ("GET", f"/memories/{mid}/derivations", None),
+        ("GET", f"/memories/{mid}/lineage", None),
+        ("PATCH", f"/memories/{mid}", {"label": "mine now"}),
+        ("POST", f"/memories/{mid}/supersede", {"superseded_by": "own"}),
+        ("POST", f"/memories/{mid}/restore", {}),
+        ("POST", f"/memories/{mid}/forget", {"reason": "r"}),
+        ("POST", "/legal-holds", {"memory_id": mid, "reason": "r"}),
+        ("POST", f"/legal-holds/{mid}/release", {"reason": "r"}),
+        ("POST", "/memories", {**mine, "replaces": mid}),
+        ("POST", "/memories", {**mine, "memory_id": f"{mid}-x", "replaces": mid, "on_conflict": "ask"}),
+        ("POST", "/memories/own/supersede", {"superseded_by": mid}),
+    ]
+
+
+def ask(server: Server, tenant: str, method: str, path: str, body: Any, **principal: Any) -> Any:
+    headers = server.bearer(tenant, **principal) if principal else {}
+    path, _, query = path.partition("?")
+    params = dict(p.split("=", 1) for p in query.split("&") if p)
+    if method != "GET":
+        params["wait"] = "true"
+        body = {**WHO, **body}
+    return server.http.request(
+        method, url(server, tenant, path), params=params, json=body, headers=headers, timeout=40
+    )
+
+
+@pytest.mark.parametrize("principal", [U2, U2_AGENT], ids=["user", "agent"])
+@pytest.mark.parametrize("mid", ["priv", "old1", "tmem"])
+def test_a_memory_one_may_not_see_is_answered_byte_for_byte_as_one_that_does_not_exist(
+    hidden: Server, principal: dict[str, Any], mid: str
+) -> None:
+    """The same request, the same id string: against u1's (or team t1's) memory in hid-a, and in
+    hid-b where no memory has the id. Status and body are identical on every route."""
+    for method, path, body in probes(mid):
+        seen = ask(hidden, "hid-a", method, path, body, **principal)
+        missing = ask(hidden, "hid-b", method, path, body, **principal)
+        assert (seen.status_code, seen.content) == (missing.status_code, missing.content), (method, path)
+        assert seen.status_code in (403, 404), (method, path, seen.text)
+    mine = ask(hidden, "hid-a", "GET", "/memories/own", None, **principal).json()
+    assert mine["active"] is True and mine["superseded_by"] is None
+    assert ask(hidden, "hid-a", "GET", "/memories/priv", None, **U1).json()["supersedes"] == ["old1"]
+
+
+def test_remembering_for_another_user_does_not_name_their_memories(hidden: Server) -> None:
+    """A user-scoped memory written for u1 by u2 is refused for who writes it, before the conflict
+    check could name u1's rival memories (their ids and labels)."""
+    body = {**CAP, "memory_id": "mine-cap", "label": "Meta cap for u1"}
+    seen = ask(hidden, "hid-a", "POST", "/memories", body, **U2)
+    missing = ask(hidden, "hid-b", "POST", "/memories", body, **U2)
+    assert (seen.status_code, seen.content) == (missing.status_code, missing.content)
+    assert seen.status_code == 403 and "priv" not in seen.text, seen.text
+
+
+def test_a_missing_id_is_404_on_every_route(hidden: Server) -> None:
+    """For one who sees everything (an operator), a missing id: 404 "memory <id> not found" on
+    every route, reads and writes alike (a write used to answer 422 "unknown memory")."""
+    for method, path, body in probes("nope"):
+        if path == "/memories" or path == "/memories/own/supersede":
+            where = ["body", "replaces" if path == "/memories" else "superseded_by"]
+        elif path == "/legal-holds":
+            where = ["body", "memory_id"]
+        else:
+            where = ["path"]
+        r = ask(hidden, "hid-b", method, path, body)
+        assert r.status_code == 404, (method, path, r.text)
+        assert r.json() == {"detail": [{"loc": where, "msg": "memory nope not found", "type": "not_found"}]}
+
+
+def test_a_taken_id_is_answered_alike_whoever_holds_it(hidden: Server) -> None:
+    """Ids are tenant-wide, so a taken one is refused (409); the answer is the same whether the
+    memory is u1's (hid-a) or u2's own (hid-c): no owner, visibility or content in it. Left out,
+    the id is minted by the server and unguessable."""
+    body = {**OWN, "memory_id": "priv", "label": "Another", "on_conflict": "keep_both"}
+    theirs = ask(hidden, "hid-a", "POST", "/memories", body, **U2)
+    mine = ask(hidden, "hid-c", "POST", "/memories", body, **U2)
+    assert (theirs.status_code, theirs.content) == (mine.status_code, mine.content)
+    assert theirs.status_code == 409 and "u1" not in theirs.text and "revise" not in theirs.text, theirs.text
+    unnamed = {k: value for k, value in body.items() if k != "memory_id"}
+    minted = ask(hidden, "hid-b", "POST", "/memories", unnamed, **U2)
+    assert minted.status_code == 202 and uuid.UUID(minted.json()["memory_id"]), minted.text

@@ -118,7 +118,7 @@ def test_tenants_are_isolated(server: Server) -> None:
         ({"importance": 9}, 422, "less than or equal to 5"),
         ({"scope": "user"}, 422, "needs stakeholders.user_id"),
         ({"kind": "rumour"}, 422, "kind"),
-        ({"replaces": "ghost"}, 422, "unknown memory ghost"),
+        ({"replaces": "ghost"}, 404, "memory ghost not found"),
         ({"memory_class": "not a class"}, 422, "memory_class"),
         ({"source": None}, 422, "source"),
     ],
@@ -240,7 +240,7 @@ def test_poisoned_records_go_to_dead_letters_and_the_stream_goes_on(
     assert "not a tenant id" in reasons[1]
     assert "differs from record key" in reasons[2]
     assert "importance must be an integer 1-5" in reasons[3]
-    assert "unknown memory ghost" in reasons[4]
+    assert "memory ghost not found" in reasons[4]
     assert "shape violations: :PerformanceTargetMemory: :goal is required" in reasons[5]
     assert all(h["original-topic"] == settings.events_topic.encode() for _, _, h in got)
     deadline = time.monotonic() + 30

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from api.runtime import Runtime, running
-from commands.writes import Attribution, Conflicting, Invalid, Refused
+from commands.writes import Attribution, Conflicting, Invalid, NotFound, Refused
 from engram.settings import Settings
 from projections.read import get_memory, memory_statuses
 from projections.terms import CLOCK, e, user_iri
@@ -98,8 +98,8 @@ def test_refusals_carry_their_status_and_nothing_reaches_the_log(settings: Setti
             (c.remember("acme", memory(memory_id="m1"), OPERATOR), Conflicting, 409, "already exists"),
             (c.remember("acme", memory(label="other"), by(OPERATOR, event_id=key)), Conflicting, 409,
              "already used for a different event"),
-            (c.remember("acme", memory(replaces="ghost"), OPERATOR), Invalid, 422, "unknown memory ghost"),
-            (c.revise("acme", "ghost", OPERATOR, changes={"label": "x"}), Invalid, 422, "unknown memory"),
+            (c.remember("acme", memory(replaces="ghost"), OPERATOR), NotFound, 404, "memory ghost not found"),
+            (c.revise("acme", "ghost", OPERATOR, changes={"label": "x"}), NotFound, 404, "ghost not found"),
             (c.restore("acme", "m1", OPERATOR), Invalid, 422, "not superseded"),
             (c.observe_kpi("acme", "ro as", 1.0, "p", PIPELINE), Invalid, 422, "metric must match"),
             (c.observe_kpi("Acme", "roas", 1.0, "p", PIPELINE), Invalid, 422, "tenant must match"),

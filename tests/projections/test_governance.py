@@ -1,6 +1,8 @@
-"""The authorisation matrix: role by scope by action by owner or not, every cell decided by the
-projection's own check (the one the API's pre-check and the projector both run), against an
-oracle written from the rules as DESIGN §6 and the README state them."""
+"""The authorisation matrix: role by scope by action by owner or not by sees or not, every cell
+decided by the projection's own check (the one the API's pre-check and the projector both run),
+against an oracle written from the rules as DESIGN §6 and the README state them. A cell ends in one
+of three answers: applied, forbidden (403), or unseen: refused exactly as a memory that does not
+exist would be, because the actor may not see a memory the event names."""
 
 from __future__ import annotations
 
@@ -18,13 +20,15 @@ from projections.stores import TenantStores
 from projections.tenant_graph import Status
 from projections.terms import e, memory_iri
 from projections.validation import checked_plan
+from schemas.checks import InvalidEvent
 from schemas.events import Position
 from streams import codec, projector
 from tests.factories import envelope, event, remembered
 
 KNOWLEDGE = load_knowledge()
 SCOPES = ("user", "team", "company")
-ACTIONS = ("remember", "revise", "supersede", "restore", "replace", "forget", "hold")
+ACTIONS = ("remember", "revise", "supersede", "supersede_by_unseen", "restore", "replace", "forget", "hold")
+APPLIED, FORBIDDEN, UNSEEN = "applied", "forbidden", "unseen"
 ROLES = ("user", "agent", "operator", "pipeline", "auditor")
 
 
@@ -32,33 +36,46 @@ def holders(scope: str, user: str) -> dict[str, Any]:
     return {"user": {"user_id": user}, "team": {"team_ids": ["growth"]}, "company": {}}[scope]
 
 
-def actor(role: str, owner: bool, scope: str) -> dict[str, str]:
+def actor(role: str, owner: bool, scope: str, sees: bool = True) -> dict[str, str]:
     """Who acts: for a user-scoped memory the owner is its user, sam; for a shared one its author,
-    dana (an operator: only operators write shared memories)."""
+    dana (an operator: only operators write shared memories). A user or an agent who is not the
+    owner acts as (or for) gus, a member of the team growth, when it sees the memory, else ann."""
+    other = "gus" if sees else "ann"
     if role == "agent":
-        return {"id": "drafter", "role": "agent", "on_behalf_of": "sam" if owner else "ann"}
+        return {"id": "drafter", "role": "agent", "on_behalf_of": "sam" if owner else other}
     if role == "operator":
         return {"id": ("sam" if scope == "user" else "dana") if owner else "erin", "role": "operator"}
     if role == "user":
-        return {"id": "sam" if owner else "ann", "role": "user"}
+        return {"id": "sam" if owner else other, "role": "user"}
     return {"id": f"{role}-1", "role": role}
 
 
-def allowed(role: str, scope: str, action: str, owner: bool) -> bool:
-    """The rules, said plainly."""
+def expected(role: str, scope: str, action: str, owner: bool, sees: bool) -> str:
+    """The rules, said plainly. What the actor's role alone refuses is refused whatever the memory;
+    then every memory the event names must be one the actor may see, else the event is refused as
+    if the memory did not exist; only then is the change itself decided."""
     if action in ("forget", "hold"):
-        return role in ("operator", "auditor")
+        return APPLIED if role in ("operator", "auditor") else FORBIDDEN
     if role in ("pipeline", "auditor"):
-        return False
-    if scope == "user":
-        return owner  # its user, an agent for that user, or that user holding an operator's token
-    return role == "operator"  # team and company memories: operators, owner or not
+        return FORBIDDEN
+    may = owner if scope == "user" else role == "operator"  # user-scoped: its user (or an agent
+    # for them, or that user holding an operator's token); team and company: operators
+    if action == "remember":
+        return APPLIED if may else FORBIDDEN
+    if not sees or (action == "supersede_by_unseen" and role != "operator"):
+        return UNSEEN  # z-private, zed's own memory, is seen by operators alone
+    return APPLIED if may else FORBIDDEN
 
 
 def setup() -> FactSet:
     """For each scope a memory ``m-<scope>`` and a superseded one ``s-<scope>``, written by their
-    owners; a company memory ``fresh`` to supersede with."""
-    lines = [envelope("MemoryRemembered", remembered("fresh"))]
+    owners; a company memory ``fresh`` to supersede with; zed's own ``z-private``; gus in growth."""
+    private = remembered("z-private", scope="user", stakeholders={"user_id": "zed"})
+    lines = [
+        envelope("MemoryRemembered", remembered("fresh")),
+        envelope("MemoryRemembered", private),
+        envelope("StakeholderChanged", {"user_id": "gus", "team_ids": ["growth"], "role": "user"}),
+    ]
     for scope in SCOPES:
         owner = {"id": "sam", "role": "user"} if scope == "user" else {"id": "dana", "role": "operator"}
         for mid in (f"m-{scope}", f"s-{scope}"):
@@ -76,8 +93,8 @@ def setup() -> FactSet:
 STATE = setup()
 
 
-def attempt(role: str, scope: str, action: str, owner: bool) -> dict[str, Any]:
-    who = actor(role, owner, scope)
+def attempt(role: str, scope: str, action: str, owner: bool, sees: bool = True) -> dict[str, Any]:
+    who = actor(role, owner, scope, sees)
     target = f"m-{scope}"
     new_user = "sam"  # a new user-scoped memory is sam's: the owner is the one acting for sam
     match action:
@@ -107,6 +124,12 @@ def attempt(role: str, scope: str, action: str, owner: bool) -> dict[str, Any]:
                 "payload": {"memory_id": target, "superseded_by": "fresh"},
                 "actor": who,
             }
+        case "supersede_by_unseen":  # issue #22: a memory of one's own superseded by one never seen
+            return {
+                "type": "MemorySuperseded",
+                "payload": {"memory_id": target, "superseded_by": "z-private"},
+                "actor": who,
+            }
         case "restore":
             return {"type": "MemoryRestored", "payload": {"memory_id": f"s-{scope}"}, "actor": who}
         case "hold":
@@ -115,29 +138,46 @@ def attempt(role: str, scope: str, action: str, owner: bool) -> dict[str, Any]:
             return {"type": "MemoryForgotten", "payload": {"memory_id": target}, "actor": who}  # fmt: skip
 
 
+def consistent(role: str, scope: str, owner: bool, sees: bool) -> bool:
+    """Whether a cell can exist: an owner sees its memory; operators and auditors see every memory
+    (a pipeline is refused before anything is read: it gets the one cell); a user-scoped memory is
+    seen by its user alone, a company one by everyone, a team one by its members (gus) only."""
+    if owner or role in ("operator", "auditor", "pipeline"):
+        return sees
+    return {"user": not sees, "company": sees, "team": True}[scope]
+
+
 CELLS = [
-    (role, scope, action, owner)
-    for role, scope, action, owner in itertools.product(ROLES, SCOPES, ACTIONS, (True, False))
+    (role, scope, action, owner, sees)
+    for role, scope, action, owner, sees in itertools.product(
+        ROLES, SCOPES, ACTIONS, (True, False), (True, False)
+    )
     # a shared memory's author is an operator: no user or agent owns one
     if not (owner and scope != "user" and role in ("user", "agent"))
     # a pipeline's or an auditor's id is never a memory's user or author
     and not (owner and role in ("pipeline", "auditor"))
+    and consistent(role, scope, owner, sees)
 ]
 
 
-def decide(line: dict[str, Any]) -> bool:
+def decide(line: dict[str, Any]) -> str:
     try:
         checked_plan(
             KNOWLEDGE, event(line["type"], line["payload"], actor=line["actor"]), Position(0, 99), STATE
         )
     except Forbidden:
-        return False
-    return True
+        return FORBIDDEN
+    except InvalidEvent as exc:  # unseen: the answer a memory that does not exist gets
+        named = (line["payload"].get(k) for k in ("memory_id", "superseded_by", "replaces"))
+        if str(exc) in {f"memory {name} not found" for name in named if name}:
+            return UNSEEN
+        raise
+    return APPLIED
 
 
-@pytest.mark.parametrize(("role", "scope", "action", "owner"), CELLS)
-def test_memory_matrix(role: str, scope: str, action: str, owner: bool) -> None:
-    assert decide(attempt(role, scope, action, owner)) is allowed(role, scope, action, owner)
+@pytest.mark.parametrize(("role", "scope", "action", "owner", "sees"), CELLS)
+def test_memory_matrix(role: str, scope: str, action: str, owner: bool, sees: bool) -> None:
+    assert decide(attempt(role, scope, action, owner, sees)) == expected(role, scope, action, owner, sees)
 
 
 LIVE = {
@@ -150,12 +190,15 @@ LIVE = {
 
 @pytest.mark.parametrize(("etype", "role"), list(itertools.product(LIVE, ROLES)))
 def test_live_data_and_stakeholders_matrix(etype: str, role: str) -> None:
-    expected = role == "operator" or (role == "pipeline" and etype != "StakeholderChanged")
-    assert decide({"type": etype, "payload": LIVE[etype], "actor": actor(role, False, "company")}) is expected
+    allowed = role == "operator" or (role == "pipeline" and etype != "StakeholderChanged")
+    answer = decide({"type": etype, "payload": LIVE[etype], "actor": actor(role, False, "company")})
+    assert answer == (APPLIED if allowed else FORBIDDEN)
 
 
 def test_the_matrix_is_complete_and_the_refusal_names_the_rule() -> None:
-    assert len(CELLS) + len(LIVE) * len(ROLES) == 160
+    """196 cells: 160 before the "cannot see" axis and the supersede-by-an-unseen-memory action."""
+    assert len(CELLS) + len(LIVE) * len(ROLES) == 196
+    assert sum(expected(*cell) == UNSEEN for cell in CELLS) > 0
     with pytest.raises(Forbidden, match="company memories are written by an operator, not a user"):
         checked_plan(
             KNOWLEDGE,
@@ -200,4 +243,41 @@ def test_the_projector_dead_letters_what_its_actor_may_not_do(tmp_path: Path) ->
     ]
     graph = stores.get("acme")
     assert graph is not None and graph.objects(memory_iri("co"), e("memoryId")) == []
+    stores.close()
+
+
+def test_the_projector_dead_letters_a_reference_to_a_memory_its_actor_cannot_see(tmp_path: Path) -> None:
+    """Issue #22 item 4, straight on Kafka: u2 may not supersede its memory with u1's private one,
+    nor name it in ``replaces``; both are dead-lettered as a memory that does not exist would be,
+    u1's memory gains no ``supersedes``, and the stream goes on."""
+    stores = TenantStores(tmp_path)
+    letters: list[str] = []
+
+    async def sink(_record: Any, reason: str) -> None:
+        letters.append(reason)
+
+    u1, u2 = {"id": "u1", "role": "user"}, {"id": "u2", "role": "user"}
+    own = {"scope": "user", "stakeholders": {"user_id": "u2"}}
+    lines = [
+        event("MemoryRemembered", remembered("p1", scope="user", stakeholders={"user_id": "u1"}), actor=u1),
+        event("MemoryRemembered", remembered("o2", **own), actor=u2),
+        event("MemorySuperseded", {"memory_id": "o2", "superseded_by": "p1"}, actor=u2),
+        event("MemoryRemembered", remembered("n2", replaces="p1", **own), actor=u2),
+        event("MemorySuperseded", {"memory_id": "o2", "superseded_by": "nope"}, actor=u2),
+        event("MemoryRevised", {"memory_id": "p1", "changes": {"label": "x"}}, actor=u2),
+        event("MemoryRevised", {"memory_id": "o2", "changes": {"label": "mine"}}, actor=u2),  # applied
+    ]
+    statuses = []
+    for offset, ev in enumerate(lines):
+        record = projector.Record(b"acme", codec.encode(ev), [], Position(0, offset, 1_764_547_200_000))
+        statuses.append(
+            asyncio.run(projector.handle_record(record, stores, sink, partitions=1)).outcome.status
+        )
+    assert statuses == [Status.APPLIED] * 2 + [Status.REJECTED] * 4 + [Status.APPLIED]
+    p1, nope = "memory p1 not found", "memory nope not found"
+    assert letters == [p1, p1, nope, p1]
+    graph = stores.get("acme")
+    assert graph is not None
+    assert list(graph.store.quads_for_pattern(None, e("supersededBy"), memory_iri("p1"), None)) == []
+    assert graph.objects(memory_iri("p1"), e("supersededBy")) == []
     stores.close()

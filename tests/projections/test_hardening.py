@@ -253,7 +253,7 @@ def raw_event(ev: Event) -> bytes:
             raw_event(
                 event("MemoryRevised", {"memory_id": "nope", "changes": {"label": "x"}}, tenant="ghost")
             ),
-            "unknown memory",
+            "memory nope not found",
         ),
     ],
 )

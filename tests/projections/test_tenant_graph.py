@@ -114,7 +114,7 @@ def test_checkpoint_survives_reopening(tmp_path: Path) -> None:
 
 def test_invalid_against_state_is_rejected_but_moves_the_position(tenant: Tenant) -> None:
     assert tenant.apply("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}) is Status.REJECTED
-    assert "unknown memory ghost" in tenant.reason
+    assert tenant.reason == "memory ghost not found"
     assert tenant.apply("MemorySuperseded", {"memory_id": "ghost", "superseded_by": "m9"}) is Status.REJECTED
     tenant.apply("MemoryRemembered", remembered("m1"))
     assert tenant.apply("MemoryRemembered", remembered("m1", label="other")) is Status.REJECTED

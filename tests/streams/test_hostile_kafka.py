@@ -206,7 +206,7 @@ def hostile_records(
                 tenant=tenant,
                 event_id=uid(909),
             ),
-            "unknown memory ghost",
+            "memory ghost not found",
         ),
     ]
     records: list[tuple[bytes | None, bytes | None]] = [
