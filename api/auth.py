@@ -59,6 +59,10 @@ def mint(
     }
     if on_behalf_of is not None:
         claims["user"] = on_behalf_of
+    try:  # the server's own check of a token's claims: never mint one it would refuse
+        _claims(claims)
+    except BadToken as exc:
+        raise ValueError(str(exc).replace("the token's", "the")) from None
     return jwt.encode(claims, settings.token_secret(), algorithm="HS256")
 
 

@@ -15,7 +15,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api import models
 from api.auth import BadToken, Verifier
+from api.bodies import AUTHENTICATED, body_only_if_taken
 from api.errors import problem
+from api.limits import CHARGED
 from api.models import anchored
 from api.runtime import Runtime
 from commands import writes
@@ -137,6 +139,9 @@ async def get_principal(
         )
         exc.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
         raise exc
+    request.scope[AUTHENTICATED] = True
+    request.scope[CHARGED] = (tenant, claims.principal.subject or "")  # the request's cost, after it
+    await body_only_if_taken(request)
     return claims.principal
 
 

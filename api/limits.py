@@ -1,9 +1,13 @@
-"""Request limits as pure ASGI middleware: body size, body read time, allowed Host names.
+"""Request limits as pure ASGI middleware: body size, body read time, allowed Host names, and the
+rate limit's charge for what a request cost.
 
 * ``RequestLimits``: a declared ``Content-Length`` over the limit is answered 413 before a byte
   of the body is read; a chunked (or lying) body is counted as it is received and refused with
   413 as soon as it passes the limit. The whole body must arrive within ``body_timeout_s`` of the
   request's start, or the answer is 408 and the connection is closed.
+* ``Charges``: after a request, charges its principal's rate-limit bucket for the event-loop time
+  the request's own code took (``RateLimits``), so a flood of expensive reads reaches 429 as a
+  flood of cheap ones does.
 * ``AllowedHosts``: Starlette's ``TrustedHostMiddleware`` matching (``*``, ``*.example.com``),
   answered in the API's one error shape.
 
@@ -17,6 +21,7 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -151,21 +156,94 @@ class AllowedHosts(TrustedHostMiddleware):
         )
 
 
-class RateLimits:
-    """A token bucket per principal (tenant and subject): ``per_s`` requests a second, ``burst`` at
-    once. Buckets of principals not seen for a while are dropped (at most ``keep`` are held)."""
+CHARGED = "engram.charged"  # the scope key of the (tenant, subject) a request is charged to
 
-    def __init__(self, per_s: float, burst: int, keep: int = 100_000) -> None:
-        self.per_s, self.burst, self.keep = per_s, burst, keep
+
+class RateLimits:
+    """A token bucket per principal (tenant and subject): ``per_s`` tokens a second, ``burst`` at
+    once. Buckets of principals not seen for a while are dropped (at most ``keep`` are held).
+
+    A request takes one token to be admitted; once it has run, it is charged one more token per
+    ``cost_s`` of event-loop time beyond the first (``charge``), so its total cost is
+    max(1, time / cost_s). The bucket may go below zero: the principal then waits until the rate
+    has paid the debt back. Time is what every read and write shares (one event loop per process),
+    so it prices a 261 ms list of a large tenant as 26 cheap reads at 10 ms, whatever made it slow.
+    """
+
+    def __init__(self, per_s: float, burst: int, keep: int = 100_000, cost_s: float = 0.01) -> None:
+        self.per_s, self.burst, self.keep, self.cost_s = per_s, burst, keep, cost_s
         self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+
+    def _tokens(self, key: tuple[str, str], now: float) -> float:
+        tokens, at = self._buckets.pop(key, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - at) * self.per_s)
+
+    def _keep(self, key: tuple[str, str], tokens: float, now: float) -> None:
+        self._buckets[key] = (tokens, now)
+        while len(self._buckets) > self.keep:
+            self._buckets.popitem(last=False)
 
     def take(self, key: tuple[str, str], now: float | None = None) -> float:
         """0 if the request may go; else the seconds until it may."""
         now = time.monotonic() if now is None else now
-        tokens, at = self._buckets.pop(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - at) * self.per_s)
+        tokens = self._tokens(key, now)
         wait = 0.0 if tokens >= 1 else (1 - tokens) / self.per_s
-        self._buckets[key] = (tokens - 1 if wait == 0 else tokens, now)
-        while len(self._buckets) > self.keep:
-            self._buckets.popitem(last=False)
+        self._keep(key, tokens - 1 if wait == 0 else tokens, now)
         return wait
+
+    def charge(self, key: tuple[str, str], busy_s: float, now: float | None = None) -> float:
+        """Charge an admitted request for ``busy_s`` of event-loop time; the tokens charged."""
+        extra = busy_s / self.cost_s - 1
+        if extra <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        self._keep(key, self._tokens(key, now) - extra, now)
+        return extra
+
+
+class Busy:
+    """Awaits a coroutine as ``await`` would, adding up the time its own steps run on the event
+    loop (``seconds``): the time it waits (for the client, the log, a thread) is not counted, nor
+    the time other requests run while it waits."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro, self.seconds = coro, 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        value: Any = None
+        thrown: BaseException | None = None
+        while True:
+            start = time.perf_counter()
+            try:
+                step = self.coro.send(value) if thrown is None else self.coro.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.seconds += time.perf_counter() - start
+            try:
+                value, thrown = (yield step), None
+            except GeneratorExit:
+                self.coro.close()
+                raise
+            except BaseException as exc:  # a cancellation, passed on to the request's code
+                value, thrown = None, exc
+
+
+class Charges:
+    """After each request, charge the principal ``api.deps.get_principal`` named (``CHARGED`` in
+    the scope) for the event-loop time it took."""
+
+    def __init__(self, app: ASGIApp, *, limits: RateLimits) -> None:
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        busy = Busy(self.app(scope, receive, send))
+        try:
+            await busy
+        finally:
+            key = scope.get(CHARGED)
+            if key is not None:
+                self.limits.charge(key, busy.seconds)

@@ -11,8 +11,9 @@ from fastapi_offline import FastAPIOffline
 
 from api import errors
 from api.auth import Verifier
+from api.bodies import JsonBodies, body_only_if_taken
 from api.deps import known_query_only
-from api.limits import AllowedHosts, RateLimits, RequestLimits
+from api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from api.routes import events, graph, health, legal_holds, live_data, memories, recall, snapshots, sparql
 from api.runtime import running
 from engram.settings import Settings
@@ -33,15 +34,20 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         responses=errors.responses(400, 408, 413, 431),  # any request: Host, body time and size, head size
-        dependencies=[Depends(known_query_only)],
+        dependencies=[Depends(known_query_only), Depends(body_only_if_taken)],
     )
     app.state.verifier = Verifier(settings)
-    app.state.rate_limits = RateLimits(settings.rate_limit_per_s, settings.rate_limit_burst)
+    app.state.rate_limits = RateLimits(
+        settings.rate_limit_per_s, settings.rate_limit_burst, cost_s=settings.rate_limit_cost_ms / 1000
+    )
     routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots)
     for router in (module.router for module in routers):
         app.include_router(router)
     errors.install(app)
-    # Outermost last: the Host is checked first, then the body's size and time.
+    # Outermost last: the Host is checked first, then the body's size and time, then
+    # what the request costs (its JSON reading included).
+    app.add_middleware(JsonBodies)
+    app.add_middleware(Charges, limits=app.state.rate_limits)
     app.add_middleware(
         RequestLimits, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s
     )

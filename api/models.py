@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from commands import writes
 from schemas import vocabulary as v
+from schemas.checks import InvalidEvent, parse_time
 from schemas.events import Actor
 from schemas.payloads import REVISABLE_FIELDS
 
@@ -39,10 +40,15 @@ def anchored(regex: str) -> str:
     return f"^(?:{core})$"
 
 
-def _time_text(value: Any) -> Any:
+def _time_text(value: Any) -> datetime:
+    """A time read by the events' own parser, so the edge refuses exactly what an event would
+    (an instant past year 9999 or before year 1 in UTC included) with the same reason, as a 422."""
     if not isinstance(value, str | datetime):
         raise PydanticCustomError("datetime_type", "Input should be an ISO-8601 date-time string")
-    return value
+    try:
+        return parse_time(value, "time")
+    except InvalidEvent as exc:
+        raise PydanticCustomError("datetime_parsing", str(exc).removeprefix("time: ")) from None
 
 
 # IRIs at the edge: no white space, control characters or delimiters, and every % an escape.
@@ -362,8 +368,6 @@ ClassName = Annotated[StrictStr, Field(max_length=1024, pattern=CLASS_PATTERN)]
 
 class RecallRequest(EdgeModel):
     """What to recall; ``GET …/recall`` takes the same fields as query parameters."""
-
-    model_config = ConfigDict(populate_by_name=True)
 
     q: StrictStr = Field(min_length=1, max_length=QUERY_MAX, pattern=NON_BLANK, description="The query text")
     limit: Int = Field(10, ge=1, le=100)

@@ -123,9 +123,8 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
 
     async def main() -> int:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        text = data.decode(
-            "utf-8", "surrogateescape"
-        )  # a line that is not UTF-8 fails alone, with its number
+        # a line that is not UTF-8 fails alone, with its number (schemas.jsontext refuses it)
+        text = data.decode("utf-8", "surrogateescape")
         embedder = None if args.no_embed else load_embedder(settings.embedder)
         knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         lines = [line.removesuffix("\r") for line in text.split("\n")]
@@ -327,8 +326,8 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     from api.auth import mint
 
     teams = [t.strip() for t in (args.teams or "").split(",") if t.strip()]
-    print(
-        mint(
+    try:
+        token = mint(
             settings,
             args.tenant,
             role=args.role,
@@ -337,7 +336,10 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
             on_behalf_of=args.on_behalf_of,
             ttl_s=args.ttl,
         )
-    )
+    except ValueError as exc:  # the claims the server would refuse
+        print(f"engram token: {exc}", file=sys.stderr)
+        return 1
+    print(token)
     return 0
 
 

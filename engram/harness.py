@@ -62,6 +62,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_LOG_LEVEL": settings.log_level,
         "ENGRAM_RATE_LIMIT_PER_S": str(settings.rate_limit_per_s),
         "ENGRAM_RATE_LIMIT_BURST": str(settings.rate_limit_burst),
+        "ENGRAM_RATE_LIMIT_COST_MS": str(settings.rate_limit_cost_ms),
         **({"ENGRAM_AUTH_SECRET": settings.auth_secret} if settings.auth_secret else {}),
     }
 

@@ -124,6 +124,12 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(
         200, ge=1, description="Requests a principal may make at once above the rate."
     )
+    rate_limit_cost_ms: float = Field(
+        10.0,
+        gt=0,
+        description="Server time one request token buys: a request costs one token per this many "
+        "milliseconds of event-loop time it takes (at least one).",
+    )
 
     @property
     def allowed_host_list(self) -> list[str]:

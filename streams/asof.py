@@ -65,7 +65,8 @@ async def replay_end(settings: Settings, tenant: str, at: AsOf) -> int:
     await consumer.start()
     try:
         tp = TopicPartition(settings.events_topic, home)
-        found = (await consumer.offsets_for_times({tp: (at.time_ms or 0) + 1}))[tp]
+        # a time before 1970 (no append time is) stops before the first event, as 1970 would
+        found = (await consumer.offsets_for_times({tp: max(0, (at.time_ms or 0) + 1)}))[tp]
         return found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]
     finally:
         await consumer.stop()

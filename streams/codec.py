@@ -103,6 +103,8 @@ def decode(data: bytes, extra_writers: dict[bytes, Any] | None = None) -> Event:
             body, writer, envelope_schema(), return_record_name=True, return_record_name_override=True
         )
         event = Event.from_avro(record)  # type: ignore[arg-type]
+    except OverflowError as exc:  # a timestamp-millis no datetime holds (years 0001-9999 UTC)
+        raise UndecodableEvent(f"corrupt Avro body: a time out of range: {exc}") from exc
     except Exception as exc:  # a corrupt body can fail anywhere in the reader
         raise UndecodableEvent(f"corrupt Avro body: {type(exc).__name__}: {exc}") from exc
     extra = len(data) - 10 - body.tell()

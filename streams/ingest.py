@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -10,6 +9,7 @@ from typing import Any
 
 from projections.knowledge import Knowledge
 from projections.validation import check_property_names
+from schemas import jsontext
 from schemas.checks import InvalidEvent
 from schemas.events import Event, event_from_json
 from schemas.payloads import MemoryRemembered
@@ -50,15 +50,9 @@ def parse_lines(
         if not line.strip():
             continue
         try:
-            objects.append((number, json.loads(line, object_pairs_hook=_unique_keys)))
-        except json.JSONDecodeError as exc:
-            bad.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
-        except InvalidEvent as exc:
+            objects.append((number, jsontext.loads(line)))
+        except jsontext.NotJson as exc:
             bad.append((number, str(exc)))
-        except ValueError as exc:  # JSON, but a number beyond what Python converts (4,300 digits)
-            bad.append((number, f"not JSON this reads: {exc}"))
-        except RecursionError:
-            bad.append((number, "not JSON this reads: nested too deeply"))
     good, refused = prepare(objects, embedder, knowledge, keys)
     return good, sorted([*bad, *((number, str(exc)) for number, exc in refused)])
 
@@ -120,16 +114,6 @@ def embed_missing(events: list[tuple[int, Event]], embedder: Embedder) -> list[t
             out[i] = (number, replace(ev, payload=embedded))
         if len(todo) > EMBED_BATCH:
             log.info("embedded %d/%d memories", min(start + EMBED_BATCH, len(todo)), len(todo))
-    return out
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    """A JSON object whose keys repeat says two things at once; refuse it rather than pick one."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        repeated = sorted({k for k, _ in pairs if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
-        raise InvalidEvent(f"repeated keys in a JSON object: {', '.join(repeated)}")
     return out
 
 

@@ -41,7 +41,6 @@ from projections.recall import RecallQuery, class_weights, recall
 from projections.tenant_graph import TenantGraph
 from projections.visibility import Principal
 from schemas import vocabulary as v
-from schemas.checks import parse_time
 from streams.asof import AsOf
 
 router = APIRouter(
@@ -89,7 +88,7 @@ async def _recall(
         min_importance=body.min_importance,
         min_confidence=body.min_confidence,
         fusion=body.fusion,
-        valid_at=parse_time(body.valid_at, "valid_at") if body.valid_at is not None else None,
+        valid_at=body.valid_at,  # parsed by the model: in range, at millisecond precision
     )
     knowledge = stores.knowledge
     hits = recall(

@@ -26,6 +26,7 @@ from projections.read import typed
 from projections.rules.syntax import load_rules
 from schemas import vocabulary as v
 from tests.api.stand_in import client
+from tests.corpus import Body, http_bodies
 
 WHO = {"source": "operator", "actor": {"id": "dana", "role": "operator"}}
 MEMORY = {**WHO, "label": "L", "content": "C", "kind": "fact", "importance": 3}
@@ -401,3 +402,41 @@ def test_a_store_another_process_holds_is_503_with_a_reason(tmp_path: Path) -> N
     [item] = r.json()["detail"]
     assert "locked by another process" in item["msg"] and "acme" in item["msg"]
     assert "Traceback" not in r.text
+
+
+# -- issue 22 item 8: one strict JSON reading of every body; a route without a body refuses one -----
+BODIES = http_bodies()
+
+
+@pytest.mark.parametrize("case", BODIES, ids=[b.why for b in BODIES])
+def test_hostile_body_corpus(api: TestClient, case: Body) -> None:
+    r = api.request(
+        case.method,
+        f"/v1/tenants/acme/{case.path}",
+        content=case.content,
+        headers={"content-type": case.content_type},
+    )
+    detail = assert_one_shape(r, case.status)
+    assert case.msg in json.dumps(detail[0], ensure_ascii=False), (case.why, detail)
+
+
+def test_every_route_reads_its_body_with_the_one_parser() -> None:
+    """Duplicate keys are refused on every route that takes a body, the SPARQL one included."""
+    api = client()
+    routes = [
+        (method, path)
+        for path, operations in api.app.openapi()["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation
+    ]
+    assert len(routes) >= 10 and ("post", "/v1/tenants/{tenant}/sparql") in routes, routes
+    for method, path in routes:
+        url = path.replace("{tenant}", "acme").replace("{memory_id}", "m1")
+        r = api.request(
+            method, url, content=b'{"a": 1, "a": 2}', headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 422 and "repeated keys in a JSON object: 'a'" in r.text, (
+            method,
+            path,
+            r.text,
+        )

@@ -6,20 +6,29 @@ connections are closed on time, and Idempotency-Key makes a retried write the sa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import select
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from api.deps import IDEMPOTENCY_NAMESPACE
-from engram.harness import Server
+from engram.harness import Server, isolated_settings
 from engram.settings import Settings
+from schemas.checks import InvalidEvent, parse_time
+from streams.ingest import produce_lines
+from streams.producer import EventProducer
+from streams.topics import ensure_topics
+from tests.corpus import http_bodies, times
+from tests.factories import envelope, remembered
 
 pytestmark = pytest.mark.integration
 
@@ -267,3 +276,136 @@ def test_statuses_are_typed(server: Server) -> None:
     assert isinstance(got["statuses"].get("liveRank"), int), got["statuses"]
     for d in got["derived"]:
         assert d["explanation"], d
+
+
+# -- issue 22 items 5 and 8: the corpora over a real server ---------------------------------------------
+@pytest.fixture(scope="module")
+def shared(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `engram serve` for the corpus tests of this module, with a memory to read and revise."""
+    root = tmp_path_factory.mktemp("shared")
+    s = isolated_settings(broker, root / "data")
+    asyncio.run(ensure_topics(s))
+    srv = Server(s, root / "server.log").start()
+    srv.wait_ready()
+    r = srv.http.post(
+        f"{srv.url}/v1/tenants/acme/memories",
+        params={"wait": "true"},
+        json={**MEMORY, "memory_id": "m1"},
+        timeout=60,
+    )
+    assert r.status_code == 202, r.text
+    yield srv
+    srv.stop()
+
+
+def time_requests(t: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every way a time reaches the server: (method, path, httpx keyword arguments)."""
+    return [
+        ("POST", "recall", {"json": {"q": "x", "valid_at": t}}),
+        ("GET", "recall", {"params": {"q": "x", "valid_at": t}}),
+        ("GET", "context", {"params": {"valid_at": t}}),
+        ("GET", "memories", {"params": {"valid_at": t}}),
+        ("GET", "memories/m1", {"params": {"valid_at": t}}),
+        ("GET", "memories", {"params": {"as_of": t}}),
+        ("GET", "events", {"params": {"from": t}}),
+        ("GET", "events", {"params": {"to": t}}),
+        ("POST", "memories", {"json": {**MEMORY, "occurred_at": t}}),
+        ("POST", "memories", {"json": {**MEMORY, "expires_at": t}}),
+        ("PATCH", "memories/m1", {"json": {**WHO, "expires_at": t}}),
+        ("POST", "clock", {"json": {**WHO, "now": t}}),
+        ("POST", "kpis", {"json": {**KPI, "occurred_at": t}}),
+    ]
+
+
+def test_every_corpus_time_on_every_route_is_answered_or_refused_never_5xx(shared: Server) -> None:
+    refused = {t for t in times() if isinstance(_outcome(t), str)}
+    failures = []
+    with httpx.Client(timeout=60, auth=shared.http.auth) as client:
+        for t in times():
+            for method, path, kwargs in time_requests(t):
+                r = client.request(method, f"{shared.url}/v1/tenants/acme/{path}", **kwargs)
+                if r.status_code >= 500 or (t in refused and r.status_code != 422):
+                    failures.append((t, method, path, r.status_code, r.text[:200]))
+                elif r.status_code >= 400:
+                    one_shape(r, r.status_code)
+    assert not failures, failures
+
+
+def test_the_body_corpus_over_http(shared: Server) -> None:
+    for case in http_bodies():
+        r = shared.http.request(
+            case.method,
+            f"{shared.url}/v1/tenants/acme/{case.path}",
+            content=case.content,
+            headers={"content-type": case.content_type},
+        )
+        detail = one_shape(r, case.status)
+        assert case.msg in json.dumps(detail[0], ensure_ascii=False), (case.why, detail)
+
+
+def _outcome(t: str) -> object:
+    try:
+        return parse_time(t, "t")
+    except InvalidEvent as exc:
+        return str(exc)
+
+
+# -- issue 22 item 8: the rate limit charges what a request costs ----------------------------------------
+def test_a_flood_of_expensive_reads_reaches_429_and_spares_another_tenants_cheap_reads(
+    broker: Settings, tmp_path: Path
+) -> None:
+    s = isolated_settings(broker, tmp_path / "data").model_copy(
+        update={"rate_limit_per_s": 10.0, "rate_limit_burst": 60, "rate_limit_cost_ms": 2.0}
+    )
+    asyncio.run(ensure_topics(s))
+    lines = [
+        json.dumps(envelope("MemoryRemembered", remembered(f"b{i}", label=f"big {i}"), tenant="big"))
+        for i in range(300)
+    ] + [json.dumps(envelope("MemoryRemembered", remembered("s1"), tenant="small"))]
+
+    async def seed() -> None:
+        async with EventProducer(s) as producer:
+            report = await produce_lines(producer, lines)
+            assert report.ok, report.failed
+
+    asyncio.run(seed())
+    srv = Server(s, tmp_path / "server.log").start()
+    try:
+        srv.wait_ready()
+        big = f"{srv.url}/v1/tenants/big/memories"
+        flood_auth = srv.bearer("big", role="operator", user="flooder")
+        cheap_auth = srv.bearer("small", role="operator", user="reader")
+        deadline = time.monotonic() + 60
+        while (
+            httpx.get(
+                big, params={"limit": 1}, headers=srv.bearer("big", role="operator", user="seed"), timeout=60
+            )
+            .json()
+            .get("count")
+            != 300
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+        flood: list[int] = []
+        cheap: list[int] = []
+
+        def flooder() -> None:
+            with httpx.Client(timeout=60, headers=flood_auth) as c:
+                for _ in range(60):
+                    flood.append(c.get(big, params={"limit": 1}).status_code)
+
+        def reader() -> None:
+            with httpx.Client(timeout=60, headers=cheap_auth) as c:
+                for _ in range(30):
+                    cheap.append(c.get(f"{srv.url}/v1/tenants/small/memories/s1").status_code)
+
+        threads = [threading.Thread(target=flooder), threading.Thread(target=reader)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert flood.count(429) >= 15, flood  # 60 requests: within the burst of 60, by count
+        assert cheap == [200] * 30, cheap
+    finally:
+        srv.stop()

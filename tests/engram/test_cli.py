@@ -169,3 +169,26 @@ def test_replay_refuses_what_is_not_a_tenant_id(settings: Settings) -> None:
     for bad in ("acme\n", "Bad Tenant", "../etc"):
         done = engram(settings, "replay", bad)
         assert done.returncode == 1 and "not a tenant id" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["x\n", "--role", "operator", "--user", "dana"],
+        ["Acme", "--role", "operator", "--user", "dana"],
+        ["acme", "--role", "operator", "--user", "dana\n"],
+        ["acme", "--role", "operator", "--user", ""],
+        ["acme", "--role", "agent", "--user", "bot", "--on-behalf-of", ""],
+        ["acme", "--role", "agent", "--user", "bot", "--on-behalf-of", "u\n"],
+        ["acme", "--role", "user", "--user", "dana", "--teams", "a b"],
+    ],
+)
+def test_token_refuses_what_the_server_would_refuse(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engram.cli import main
+
+    monkeypatch.setenv("ENGRAM_AUTH_SECRET", "cli-tests-secret-of-at-least-32-bytes")
+    assert main(["token", *args]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "engram token: " in out.err, out
