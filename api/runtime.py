@@ -17,6 +17,7 @@ from commands.writes import Commands
 from engram.settings import Settings
 from projections.knowledge import load_knowledge
 from projections.progress import Progress
+from projections.sparql_sandbox import Sandbox
 from projections.stores import TenantStores
 from streams.archiver import archive_until
 from streams.asof import AsOfProjections
@@ -50,6 +51,7 @@ class Runtime:
     commands: Commands
     query_worker: EmbeddingWorker | None = None
     past: AsOfProjections | None = None  # as_of reads: tenants replayed to a point of system time
+    sparql: Sandbox | None = None  # the SPARQL route's evaluators (no network, killed at the limit)
     recent_queries: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
 
     def query_vector(self, text: str | None) -> PendingVector:
@@ -140,6 +142,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     )
     runtime.past = AsOfProjections(settings, knowledge, (embedder.name, embedder.dim), stores.snapshots)
     stores.erasure_listeners.append(runtime.past.forget_tenant)
+    runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
     await runtime.lag.start()
@@ -162,5 +165,6 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         await runtime.producer.stop()
         if runtime.query_worker is not None:
             runtime.query_worker.close()
+        await runtime.sparql.close()
         stores.close()
         runtime.past.close()

@@ -56,6 +56,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_EVENTS_PARTITIONS": str(settings.events_partitions),
         "ENGRAM_API_PORT": str(settings.api_port),
         "ENGRAM_WAIT_TIMEOUT_S": str(settings.wait_timeout_s),
+        "ENGRAM_SPARQL_TIMEOUT_S": str(settings.sparql_timeout_s),
         "ENGRAM_CACHE_DIR": str(settings.cache_dir),
         "ENGRAM_ONTOLOGY_DIR": str(settings.ontology_dir),
         "ENGRAM_RULES_DIR": str(settings.rules_dir),

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
     )
+    sparql_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest a SPARQL query evaluates: past it, its sandboxed evaluator is killed (422).",
+    )
     embedder: str = Field(
         "minilm", description="Embedding model: minilm (all-MiniLM-L6-v2, offline) or hashing[-DIM]."
     )

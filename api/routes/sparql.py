@@ -1,18 +1,18 @@
-"""Read-only SPARQL over the tenant's graph, for operators and auditors."""
+"""Read-only SPARQL over the tenant's graph, for operators and auditors, evaluated in the sandbox
+(``projections.sparql_sandbox``): no network, a time limit that stops the query, two at once."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Response
 from pydantic import Field, StrictStr
 
-from api.deps import CurrentPrincipal, TenantStore, get_principal, governs
+from api.deps import CurrentPrincipal, CurrentRuntime, TenantStore, get_principal, governs
 from api.errors import problem, responses
 from api.models import EdgeModel
 from projections import sparql
+from projections.sparql_sandbox import Unavailable
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",
@@ -21,19 +21,7 @@ router = APIRouter(
     responses=responses(401, 403, 404, 406, 422, 429, 503),
 )
 
-TIMEOUT_S = 10.0
 MAX_ROWS = 10_000
-# Queries evaluating at once, in this process. oxigraph evaluates without the GIL but cannot be
-# interrupted: a query over its time limit is answered 422 at once and runs on to its end in
-# its thread, holding its place here, so runaway queries cannot take every core.
-RUNNING = threading.BoundedSemaphore(2)
-
-
-def _run_holding_a_place(graph: object, query: str, accept: str) -> sparql.Answer:
-    try:
-        return sparql.run(graph, query, accept, timeout_s=TIMEOUT_S, max_rows=MAX_ROWS)  # type: ignore[arg-type]
-    finally:
-        RUNNING.release()
 
 
 class SparqlRequest(EdgeModel):
@@ -52,29 +40,36 @@ class SparqlRequest(EdgeModel):
 async def query(
     graph: TenantStore,
     who: CurrentPrincipal,
+    runtime: CurrentRuntime,
     body: SparqlRequest,
     accept: Annotated[str, Header()] = "application/sparql-results+json",
 ) -> Response:
-    """A read-only query: no updates, no SERVICE, at most 10,000 rows (``X-Result-Truncated``
-    says when there were more) and 10 s."""
+    """A read-only query, evaluated with no network: no updates, SERVICE is never evaluated, at
+    most 10,000 rows (``X-Result-Truncated`` says when there were more), within
+    ``ENGRAM_SPARQL_TIMEOUT_S``."""
     governs(who)
     if graph is None:
         return Response(
             '{"head": {"vars": []}, "results": {"bindings": []}}',
             media_type="application/sparql-results+json",
         )
-    if not RUNNING.acquire(blocking=False):
+    sandbox = getattr(runtime, "sparql", None)
+    if sandbox is None or sandbox.unavailable:
+        reason = sandbox.unavailable if sandbox is not None else "the query sandbox is not running"
+        raise problem(503, f"SPARQL is unavailable: {reason}", ["body", "query"])
+    if sandbox.busy:
         busy = problem(503, "other queries are running; retry shortly", ["body", "query"])
         busy.headers = {"Retry-After": "1"}
         raise busy
+    # the evaluator keeps a store open while this token is unchanged: the graph's identity and
+    # its write generation (which moves around every write)
+    token = f"{id(graph)}:{graph.generation}"
     try:
-        answer = await asyncio.wait_for(
-            asyncio.to_thread(_run_holding_a_place, graph, body.query, accept), TIMEOUT_S
-        )
-    except TimeoutError as exc:
-        raise problem(422, "the query took longer than its time limit; narrow it", ["body", "query"]) from exc
+        answer = await sandbox.query(str(graph.path.resolve()), token, body.query, accept, max_rows=MAX_ROWS)
+    except Unavailable as exc:
+        raise problem(503, f"SPARQL is unavailable: {exc}", ["body", "query"]) from None
     except sparql.QueryRefused as exc:
-        status = 406 if str(exc).startswith("406") else 422
-        raise problem(status, str(exc), ["header", "Accept"] if status == 406 else ["body", "query"]) from exc
+        loc = ["header", "Accept"] if exc.status == 406 else ["body", "query"]
+        raise problem(exc.status, str(exc), loc) from None
     headers = {"X-Result-Truncated": "true"} if answer.truncated else {}
     return Response(answer.body, media_type=answer.media_type, headers=headers)
