@@ -150,18 +150,18 @@ class TenantStores:
             raise LookupError(f"no tenant {tenant!r} in {self.root}")
         graph = self._open.get(tenant)
         source = graph.store if graph is not None else opened(tenant, lambda: Store(str(path)))
-        fresh_path = path.with_name("graph.vacuum")
-        shutil.rmtree(fresh_path, ignore_errors=True)
-        fresh = Store(str(fresh_path))
-        fresh.bulk_extend(source.quads_for_pattern(None, None, None, None))
-        fresh.flush()
-        count = len(fresh)
-        del source, fresh, graph
+        del graph
+        count = _copy(source, path.with_name("graph.vacuum"))
+        del source
+        self._swap(tenant)
+        return count
+
+    def _swap(self, tenant: str) -> None:
+        """The fresh copy in the store's place, once every handle of the old one is closed."""
         self._close(tenant)
         gc.collect()  # every RocksDB handle closed before the directories move
-        (fresh_path / ".complete").touch()
+        (self._path(tenant).with_name("graph.vacuum") / ".complete").touch()
         self._finish_vacuum(tenant)
-        return count
 
     def _finish_vacuum(self, tenant: str) -> None:
         """Complete a vacuum a crash interrupted: a complete fresh copy replaces the old store."""
@@ -186,26 +186,48 @@ class TenantStores:
     async def erase(self, tenant: str) -> None:
         """Every copy of a forgotten memory's words this process keeps, gone: the store rewritten
         from its facts, the text index dropped (rebuilt from the graph when next opened), the
-        snapshots that may hold the words deleted, and the listeners' copies (as_of) dropped."""
+        snapshots that may hold the words deleted, and the listeners' copies (as_of) dropped.
+
+        The copy and the snapshots' deletion run in threads, so reads go on meanwhile (from the
+        old store, which answers as the new one will); the tenant is held, so no index commit or
+        snapshot runs under it, and its projector is waiting for this."""
         async with self.exclusive(tenant):
-            self._finish_erasure(tenant)
+            started = time.perf_counter()
+            quads = 0
+            graph = self.get(tenant)  # an erasure a crash cut short is completed by this
+            if graph is not None and (self._path(tenant).parent / ERASING).exists():
+                source = graph.store
+                del graph
+                quads = await asyncio.to_thread(_copy, source, self._path(tenant).with_name("graph.vacuum"))
+                del source
+                self._swap(tenant)
+            graph = None
+            purged = await asyncio.to_thread(self._purge_copies, tenant)
+            self._erased(tenant)
+            took_ms = (time.perf_counter() - started) * 1e3
+            log.info(
+                "erased forgotten words of %s: store rewritten (%d quads), text index dropped, "
+                "%d snapshots deleted, in %.0f ms", tenant, quads, purged, took_ms,
+            )  # fmt: skip
 
     def _finish_erasure(self, tenant: str) -> None:
-        started = time.perf_counter()
-        quads = self.vacuum(tenant) if self.exists(tenant) else 0
+        """An erasure, synchronously: for a store opened with the mark a crash left."""
+        if self.exists(tenant):
+            self.vacuum(tenant)
+        self._purge_copies(tenant)
+        self._erased(tenant)
+
+    def _purge_copies(self, tenant: str) -> int:
+        """The erasure's copies on disk besides the store: the text index and the snapshots (how
+        many were deleted)."""
         shutil.rmtree(self._path(tenant).parent / "text", ignore_errors=True)
-        purged = self.snapshots.purge(tenant) if self.snapshots is not None else 0
+        return int(self.snapshots.purge(tenant)) if self.snapshots is not None else 0
+
+    def _erased(self, tenant: str) -> None:
+        """The listeners drop their copies (on the caller's thread, the event loop's); the mark goes."""
         for listener in self.erasure_listeners:
             listener(tenant)
         (self._path(tenant).parent / ERASING).unlink(missing_ok=True)
-        log.info(
-            "erased forgotten words of %s: store rewritten (%d quads), text index dropped, "
-            "%d snapshots deleted, in %.0f ms",
-            tenant,
-            quads,
-            purged,
-            (time.perf_counter() - started) * 1e3,
-        )
 
     # -- records refused where no tenant's checkpoint can remember them ------------------------
     def _refused_mark(self, partition: int) -> Path:
@@ -241,3 +263,15 @@ class TenantStores:
         for graph in self._open.values():
             graph.flush()
         self._open.clear()
+
+
+def _copy(source: Store, fresh_path: Path) -> int:
+    """Every quad of ``source`` into a new store at ``fresh_path`` (closed when this returns);
+    how many. Its quads are read, and dropped, on the calling thread."""
+    shutil.rmtree(fresh_path, ignore_errors=True)
+    fresh = Store(str(fresh_path))
+    fresh.bulk_extend(source.quads_for_pattern(None, None, None, None))
+    fresh.flush()
+    count = len(fresh)
+    del fresh
+    return count
