@@ -1,7 +1,13 @@
-"""Derived facts about a memory, each with the rule and the facts that derived it, in words."""
+"""Derived facts about a memory, each with the rule and the facts that derived it, in words.
+
+A rule may join a memory with another one (``supersedes``, ``conflictsWith``); an answer for a
+principal shows only the facts, derivations and inputs that name no memory it may not see (the
+``sees`` filter, ``projections.visibility.sight``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from collections.abc import Mapping
 from typing import NotRequired, TypedDict
@@ -12,6 +18,7 @@ from projections.rules.compile import Value
 from projections.rules.engine import Derivation
 from projections.tenant_graph import TenantGraph
 from projections.terms import INFERRED, memory_iri
+from projections.visibility import MemoryFilter, everything, fact_shown, shown
 from schemas import vocabulary as v
 
 NUMERIC = {v.XSD + t for t in ("integer", "decimal", "double", "float")}
@@ -100,25 +107,54 @@ def derivation_view(derivation: Derivation) -> DerivationView:
     }
 
 
-def inferred_about(graph: TenantGraph, subject: NamedNode, *, depth: int = 3) -> list[InferredView]:
-    """Every inferred fact with ``subject``, each with how it was derived."""
+def seen_derivation(derivation: Derivation, sees: MemoryFilter) -> Derivation | None:
+    """The derivation as ``sees`` may be shown it, or None if it rests on a hidden memory: one of
+    its bindings (its sentence's words) or input facts names one, or an inferred input was derived
+    only through one. Of an input's derivations, the ones through a hidden memory are left out."""
+    if not all(shown(term, sees) for term in derivation.bindings.values()):
+        return None
+    inputs = []
+    for read in derivation.inputs:
+        if not fact_shown(read.fact, sees):
+            return None
+        because = tuple(d for d in (seen_derivation(d, sees) for d in read.because) if d is not None)
+        if read.because and not because:
+            return None
+        inputs.append(dataclasses.replace(read, because=because) if because != read.because else read)
+    return dataclasses.replace(derivation, inputs=tuple(inputs))
+
+
+def inferred_about(
+    graph: TenantGraph, subject: NamedNode, *, depth: int = 3, sees: MemoryFilter = everything
+) -> list[InferredView]:
+    """Every inferred fact with ``subject``, each with how it was derived; with ``sees``, only
+    what the principal may see: a fact that names a hidden memory, or that every derivation of
+    derives through one, is left out, as it would not be there without that memory."""
     out: list[InferredView] = []
     for quad in sorted(graph.store.quads_for_pattern(subject, None, None, INFERRED), key=str):
+        if not fact_shown(quad.triple, sees):
+            continue
         derivations = graph.explain(quad.triple, depth=depth)
+        kept = [d for d in (seen_derivation(d, sees) for d in derivations) if d is not None]
+        if derivations and not kept:
+            continue
         out.append(
             {
                 "predicate": show(quad.predicate),
                 "value": show(quad.object),
-                "derivations": [derivation_view(d) for d in derivations],
+                "derivations": [derivation_view(d) for d in kept],
             }
         )
     return out
 
 
-def derived_for_memory(graph: TenantGraph, memory_id: str) -> list[DerivedView]:
-    """Statuses of a memory with one explanation each, for the memory's own view."""
+def derived_for_memory(
+    graph: TenantGraph, memory_id: str, sees: MemoryFilter = everything
+) -> list[DerivedView]:
+    """Statuses of a memory with one explanation each, for the memory's own view (as ``sees``
+    may be shown them)."""
     out: list[DerivedView] = []
-    for item in inferred_about(graph, memory_iri(memory_id), depth=1):
+    for item in inferred_about(graph, memory_iri(memory_id), depth=1, sees=sees):
         first = item["derivations"][0] if item["derivations"] else None
         out.append(
             {

@@ -1,6 +1,9 @@
 """Read models over a tenant's graph: memories as plain dicts for the API.
 
 Queries are fixed text; caller values only reach them as pyoxigraph terms (``substitutions``).
+A memory's links to others (``superseded_by``, ``supersedes``, the lineage chains) name only the
+memories the ``sees`` filter lets through (``projections.visibility.sight``): the API passes the
+principal's, so a visible memory never names one its reader may not see.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pyoxigraph import Literal, NamedNode, Variable
 from projections.explain import show
 from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
+from projections.visibility import MemoryFilter, everything
 from schemas import vocabulary as v
 
 PREFIXES = {"e": v.ENGRAM}
@@ -64,7 +68,10 @@ def _value(term: Any) -> Any:
     return term.value
 
 
-def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
+def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everything) -> dict[str, Any] | None:
+    """One memory as the API answers it; ``superseded_by`` and ``supersedes`` name only memories
+    ``sees`` lets through (a hidden superseder leaves ``superseded_by`` null: the memory is still
+    not active, as its ``valid_to`` says)."""
     if not v.full_match(v.ID_RE, memory_id):
         return None
     m = memory_iri(memory_id)
@@ -83,9 +90,11 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
         return _value(found[0]) if found else None
 
     superseded_by = one("supersededBy")
+    newer = superseded_by.rsplit(":", 1)[-1] if superseded_by else None
     supersedes = sorted(
-        q.subject.value.rsplit(":", 1)[-1]
+        older
         for q in graph.store.quads_for_pattern(None, e("supersededBy"), m, ASSERTED)
+        if sees(older := q.subject.value.rsplit(":", 1)[-1])
     )
     importance = one("importance")
     forgotten = bool(one("forgotten"))
@@ -113,7 +122,7 @@ def get_memory(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
         "valid_to": one("validTo"),
         "recorded_at": one("recordedAt"),
         "updated_at": one("updatedAt"),
-        "superseded_by": superseded_by.rsplit(":", 1)[-1] if superseded_by else None,
+        "superseded_by": newer if newer is not None and sees(newer) else None,
         "supersedes": supersedes,
         "forgotten": forgotten,
         "active": superseded_by is None and not forgotten,
@@ -162,11 +171,14 @@ def memory_statuses(graph: TenantGraph, memory_id: str) -> dict[str, int | float
     return out
 
 
-def memory_lineage(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
+def memory_lineage(
+    graph: TenantGraph, memory_id: str, sees: MemoryFilter = everything
+) -> dict[str, Any] | None:
     """Where a belief came from: who wrote it, from where and why, when (valid and system time),
     what it superseded and what superseded it (both chains, nearest first), and every event that
-    touched it, in log order."""
-    memory = get_memory(graph, memory_id)
+    touched it, in log order. A chain stops at a memory ``sees`` hides, as if it were not there:
+    what lies beyond it is linked only through it."""
+    memory = get_memory(graph, memory_id, sees)
     if memory is None:
         return None
     m = memory_iri(memory_id)
@@ -177,7 +189,7 @@ def memory_lineage(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
 
     later, seen = [], {memory_id}
     nxt = memory["superseded_by"]
-    while nxt is not None and nxt not in seen:  # a chain, never a loop (a restore can make one)
+    while nxt is not None and nxt not in seen and sees(nxt):  # a chain, never a loop (a restore can make one)
         later.append(nxt)
         seen.add(nxt)
         found = graph.objects(memory_iri(nxt), e("supersededBy"))
@@ -185,7 +197,7 @@ def memory_lineage(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
     earlier, frontier = [], list(memory["supersedes"])
     while frontier:
         mid = frontier.pop(0)
-        if mid in seen:
+        if mid in seen or not sees(mid):
             continue
         seen.add(mid)
         earlier.append(mid)

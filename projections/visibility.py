@@ -6,11 +6,12 @@ The principal comes from the request's bearer token (``api/auth.py``), through o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pyoxigraph import Literal, NamedNode
+from pyoxigraph import Literal, NamedNode, Triple
 
 from projections.tenant_graph import TenantGraph
 from projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
@@ -48,6 +49,56 @@ def may_see_memory(who: Principal, memory: dict[str, Any]) -> bool:
     """``may_see`` for a memory as ``projections.read.get_memory`` gives it."""
     holders = memory["stakeholders"]
     return may_see(who, memory["scope"], holders["user_id"], frozenset(holders["team_ids"]))
+
+
+MemoryFilter = Callable[[str], bool]
+"""Whether a memory an answer would name (by id) may be named to whoever is asking."""
+
+MEMORY_PREFIX = "urn:engram:memory:"
+
+
+def everything(memory_id: str) -> bool:
+    """The filter of one who sees every memory (an operator, an auditor, the projection itself)."""
+    return True
+
+
+class Sight:
+    """The memories one principal may see in one graph: the filter every link a read answer
+    makes to another memory passes (``supersedes``, ``superseded_by``, the lineage chains,
+    ``conflicts_with``, and every inferred fact, derivation and input of ``derived`` and of the
+    derivation trees). A memory the principal may not see is left out of them as if it did not
+    exist, so a visible memory never names an invisible one (#22 item 3). Each id is decided once
+    per answer, with the one rule of :func:`may_see`."""
+
+    def __init__(self, graph: TenantGraph, who: Principal) -> None:
+        self.graph = graph
+        self.who = who
+        self._decided: dict[str, bool] = {}
+
+    def __call__(self, memory_id: str) -> bool:
+        found = self._decided.get(memory_id)
+        if found is None:
+            facts = memory_facts(self.graph, memory_id, lean=True)
+            found = self._decided[memory_id] = facts is not None and facts.visible_to(self.who)
+        return found
+
+
+def sight(graph: TenantGraph, who: Principal) -> MemoryFilter:
+    """The filter of ``who``'s answers over ``graph`` (the graph the answer is read from: the
+    present one, or the past one of an ``as_of`` read)."""
+    return everything if who.sees_everything else Sight(graph, who)
+
+
+def shown(term: object, sees: MemoryFilter) -> bool:
+    """Whether an answer may carry ``term``: anything but a memory the filter hides."""
+    if isinstance(term, NamedNode) and term.value.startswith(MEMORY_PREFIX):
+        return sees(term.value[len(MEMORY_PREFIX) :])
+    return True
+
+
+def fact_shown(fact: Triple, sees: MemoryFilter) -> bool:
+    """Whether a fact names no memory the filter hides (as its subject or its object)."""
+    return shown(fact.subject, sees) and shown(fact.object, sees)
 
 
 @dataclass(frozen=True)

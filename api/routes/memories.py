@@ -1,7 +1,9 @@
 """Memories of one tenant: list, read one, its lineage; remember, revise, supersede, restore, forget.
 
 Reads answer only what the token's principal may see (``projections.visibility.may_see``): a
-memory it may not see is "not found", as one that does not exist. Writes are commands
+memory it may not see is "not found", as one that does not exist, and no answer names it through
+another memory's fields (its supersession links, lineage chains, conflicts, derivations): every
+answer is assembled through the principal's filter (``projections.visibility.sight``). Writes are commands
 (``commands.writes``); who may make them is the projection's decision (``projections.governance``).
 """
 
@@ -44,7 +46,7 @@ from projections.explain import derived_for_memory, inferred_about
 from projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
 from projections.tenant_graph import TenantGraph
 from projections.terms import memory_iri
-from projections.visibility import Principal, held_at, may_see_memory
+from projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, sight
 from schemas import vocabulary as v
 
 router = APIRouter(
@@ -79,24 +81,30 @@ async def list_memories(
     ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
     if valid_at is not None:
         ids = [i for i in ids if held_at(graph, i, valid_at)]
+    sees = sight(graph, who)
     if who.sees_everything:  # every memory: read only the page
-        count, page = len(ids), [get_memory(graph, i) for i in ids[offset : offset + limit]]
+        count, page = len(ids), [get_memory(graph, i, sees) for i in ids[offset : offset + limit]]
     else:  # each memory is read once, to decide whether it is seen, and the page is taken from those
-        seen = [m for i in ids if (m := get_memory(graph, i)) is not None and may_see_memory(who, m)]
+        seen = [m for i in ids if (m := get_memory(graph, i, sees)) is not None and may_see_memory(who, m)]
         count, page = len(seen), list(seen[offset : offset + limit])
-    return MemoriesPublic(data=[with_derived(graph, m) for m in page if m], count=count)
+    return MemoriesPublic(data=[with_derived(graph, m, sees) for m in page if m], count=count)
 
 
-def visible(graph: TenantGraph | None, memory_id: str, who: Principal) -> dict[str, Any]:
-    """The memory, if it exists and ``who`` may see it; else 404 (the two are not told apart)."""
-    found = get_memory(graph, memory_id) if graph is not None else None
+def visible(graph: TenantGraph | None, memory_id: str, who: Principal) -> tuple[dict[str, Any], MemoryFilter]:
+    """The memory, if it exists and ``who`` may see it, else 404 (the two are not told apart),
+    with the filter the rest of the answer is assembled through (the memories ``who`` may see)."""
+    if graph is None:
+        raise not_found(f"memory {memory_id}")
+    sees = sight(graph, who)
+    found = get_memory(graph, memory_id, sees)
     if found is None or not may_see_memory(who, found):
         raise not_found(f"memory {memory_id}")
-    return found
+    return found, sees
 
 
-def with_derived(graph: TenantGraph, memory: dict[str, Any]) -> MemoryPublic:
-    derived = derived_for_memory(graph, memory["id"])
+def with_derived(graph: TenantGraph, memory: dict[str, Any], sees: MemoryFilter) -> MemoryPublic:
+    """The memory's answer: its derived facts and conflicts as ``sees`` may be shown them."""
+    derived = derived_for_memory(graph, memory["id"], sees)
     classes = sorted({memory["memory_class"], *(d["value"] for d in derived if d["predicate"] == "type")})
     return MemoryPublic(
         **memory,
@@ -121,30 +129,31 @@ async def read_memory(
     ``valid_at``, 404 unless it held then; with ``as_of``, as the system knew it then."""
     if as_of is not None:
         graph = (await past_stores(runtime, tenant, as_of)).graph
-    found = visible(graph, memory_id, who)
+    found, sees = visible(graph, memory_id, who)
     assert graph is not None
     if valid_at is not None and not held_at(graph, memory_id, valid_at):
         held = f"from {found['valid_from']}" + (f" to {found['valid_to']}" if found["valid_to"] else "")
         raise problem(404, f"memory {memory_id} did not hold at {valid_at.isoformat()}: it held {held}",
                       ["query", "valid_at"])  # fmt: skip
-    return with_derived(graph, found)
+    return with_derived(graph, found, sees)
 
 
 @router.get("/{memory_id}/derivations", responses=responses(404, 422))
 async def derivations(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> dict[str, Any]:
     """Every inferred fact about a memory with full derivation trees down to asserted facts."""
-    visible(graph, memory_id, who)
+    _, sees = visible(graph, memory_id, who)
     assert graph is not None
-    return {"memory_id": memory_id, "inferred": inferred_about(graph, memory_iri(memory_id), depth=4)}
+    inferred = inferred_about(graph, memory_iri(memory_id), depth=4, sees=sees)
+    return {"memory_id": memory_id, "inferred": inferred}
 
 
 @router.get("/{memory_id}/lineage", responses=responses(404, 422))
 async def lineage(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> dict[str, Any]:
     """Where a belief came from: source, actor, purpose, valid and system time, the supersession
     chain both ways (nearest first), and every event that touched it, in log order."""
-    visible(graph, memory_id, who)
+    _, sees = visible(graph, memory_id, who)
     assert graph is not None
-    return memory_lineage(graph, memory_id) or {}
+    return memory_lineage(graph, memory_id, sees) or {}
 
 
 WRITE_RESPONSES = responses(403, 409, 413, 422, 503, 504)

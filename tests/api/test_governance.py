@@ -374,3 +374,122 @@ def test_a_taken_id_is_answered_alike_whoever_holds_it(hidden: Server) -> None:
     unnamed = {k: value for k, value in body.items() if k != "memory_id"}
     minted = ask(hidden, "hid-b", "POST", "/memories", unnamed, **U2)
     assert minted.status_code == 202 and uuid.UUID(minted.json()["memory_id"]), minted.text
+
+
+# -- issue #22, item 3's class: reads name no memory through another one's fields ----------------
+# Every hidden memory's id (and label) says "secret"; every memory a reader sees links to one:
+#   pub-new supersedes secret-u2 (u2's own, superseded by u2 with a company memory);
+#   pub-old -> secret-fin -> pub-last (a company memory superseded by team fin's, itself superseded
+#   by a company one: both directions, and a chain through a hidden memory);
+#   team-a (teams t1, t2) conflicts with secret-t3 (teams t2, t3), same label: the rules pair them
+#   through their shared team t2.
+U1_T1 = {"role": "user", "user": "u1", "teams": ["t1"]}  # sees team-a; not secret-t3, secret-fin
+OUTSIDER = {"role": "user", "user": "u1"}  # no team: sees neither team memory
+U1_AGENT = {"role": "agent", "user": "drafter", "on_behalf_of": "u1", "teams": ["t1"]}
+T2_MEMBER = {"role": "user", "user": "u5", "teams": ["t1", "t2", "t3"]}  # sees team-a and secret-t3
+AUDITOR = {"role": "auditor", "user": "audrey"}
+
+
+def fact(memory_id: str, label: str, scope: str = "company", **holders: Any) -> dict[str, Any]:
+    return {"memory_id": memory_id, "label": label, "content": f"{label}: the plan", "kind": "fact",
+            "importance": 4, "scope": scope, "stakeholders": holders, "on_conflict": "keep_both"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def linked(hidden: Server) -> tuple[Server, str]:
+    """Tenant ``lnk`` on the module's server, with the links above; returns it and the log
+    position of its last write (for ``as_of``)."""
+    s, t = hidden, "lnk"
+    written(post(s, t, "/memories", fact("pub-new", "Launch plan")))
+    written(post(s, t, "/memories", fact("secret-u2", "secret plan of u2", "user", user_id="u2"), **U2))
+    written(post(s, t, "/memories/secret-u2/supersede", {"superseded_by": "pub-new"}, **U2))
+    written(post(s, t, "/memories", fact("pub-old", "Pricing")))
+    written(post(s, t, "/memories", fact("secret-fin", "secret pricing of t1", "team", team_ids=["fin"])))
+    written(post(s, t, "/memories/pub-old/supersede", {"superseded_by": "secret-fin"}))
+    written(post(s, t, "/memories", fact("pub-last", "Pricing, final")))
+    written(post(s, t, "/memories/secret-fin/supersede", {"superseded_by": "pub-last"}))
+    written(post(s, t, "/memories", fact("team-a", "Launch date", "team", team_ids=["t1", "t2"])))
+    last = post(s, t, "/memories", fact("secret-t3", "Launch date", "team", team_ids=["t2", "t3"]))
+    written(last)
+    return s, f"{last.json()['partition']}:{last.json()['offset']}"
+
+
+def reads(position: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """Every read that answers for a memory the readers see, each way it can be asked."""
+    out: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("GET", "/memories", None),
+        ("GET", "/memories?valid_at=2100-01-01T00:00:00Z", None),
+        ("GET", f"/memories?as_of={position}", None),
+        ("POST", "/recall", {"q": "plan pricing launch date"}),
+        ("GET", "/recall?q=launch", None),
+        ("GET", "/context?q=launch", None),
+    ]
+    for mid in ("pub-new", "pub-old", "pub-last", "team-a"):
+        out += [
+            ("GET", f"/memories/{mid}", None),
+            ("GET", f"/memories/{mid}?as_of={position}", None),
+            ("GET", f"/memories/{mid}/derivations", None),
+            ("GET", f"/memories/{mid}/lineage", None),
+        ]
+        if mid != "pub-old":  # superseded: it held only until pub-last's chain began
+            out.append(("GET", f"/memories/{mid}?valid_at=2100-01-01T00:00:00Z", None))
+    return out
+
+
+def read(server: Server, path: str, body: Any, method: str = "GET", **principal: Any) -> Any:
+    headers = server.bearer("lnk", **principal)
+    path, _, query = path.partition("?")
+    params = dict(p.split("=", 1) for p in query.split("&") if p)
+    r = server.http.request(method, url(server, "lnk", path), params=params, json=body, headers=headers)
+    assert r.status_code == 200, (path, r.text)
+    return r
+
+
+@pytest.mark.parametrize("principal", [U1_T1, OUTSIDER, U1_AGENT], ids=["team-t1", "no-team", "agent"])
+def test_no_read_names_a_memory_the_reader_may_not_see(
+    linked: tuple[Server, str], principal: dict[str, Any]
+) -> None:
+    """Supersession both ways, a chain through a hidden memory, a conflict, and the derivations
+    and explanations of each: no id or label of a hidden memory in any answer, now, at a valid
+    time or as the system knew it (they used to show in supersedes, superseded_by, conflicts_with,
+    derived and its inputs, the derivation trees and both lineage chains)."""
+    server, position = linked
+    leaks = []
+    for method, path, body in reads(position):
+        if "team-a" in path and "teams" not in principal:
+            continue  # the outsider does not see team-a itself (404, as for a missing id)
+        r = read(server, path, body, method, **principal)
+        leaks += [(path, r.text[max(0, at - 80) : at + 40]) for at in _found(r.text, "secret")]
+    assert leaks == [], "\n".join(map(str, leaks))
+
+
+def _found(text: str, word: str) -> list[int]:
+    return [m.start() for m in re.finditer(word, text)]
+
+
+def test_the_links_a_reader_may_see_are_named(linked: tuple[Server, str]) -> None:
+    """The filter hides what the reader may not see and nothing else: one who sees everything (an
+    auditor) or every team sees each link, and a user sees a link between two company memories."""
+    server, _ = linked
+
+    def memory(mid: str, **principal: Any) -> Any:
+        return read(server, f"/memories/{mid}", None, **principal).json()
+
+    def chain(mid: str, **principal: Any) -> Any:
+        got = read(server, f"/memories/{mid}/lineage", None, **principal).json()
+        return got["supersedes"], got["superseded_by"]
+
+    assert memory("pub-new", **AUDITOR)["supersedes"] == ["secret-u2"]
+    assert memory("pub-new", **U2)["supersedes"] == ["secret-u2"]  # u2's own
+    assert memory("pub-new", **U1)["supersedes"] == []
+    assert memory("pub-old", **AUDITOR)["superseded_by"] == "secret-fin"
+    assert memory("pub-old", **U1_T1)["superseded_by"] is None
+    assert chain("pub-old", **AUDITOR) == ([], ["secret-fin", "pub-last"])
+    assert chain("pub-last", **AUDITOR) == (["secret-fin", "pub-old"], [])
+    assert chain("pub-old", **U1_T1) == ([], [])  # the chain stops where the hidden memory was
+    assert chain("pub-last", **U1_T1) == ([], [])
+    assert memory("team-a", **T2_MEMBER)["conflicts_with"] == ["secret-t3"]
+    assert memory("team-a", **AUDITOR)["conflicts_with"] == ["secret-t3"]
+    assert memory("team-a", **U1_T1)["conflicts_with"] == []
+    derived = {d["predicate"] for d in memory("team-a", **U1_T1)["derived"]}
+    assert "conflictsWith" not in derived and "stakeholderKey" in derived  # its own facts stay
