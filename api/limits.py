@@ -167,10 +167,10 @@ class RateLimits:
     ``cost_s`` of event-loop time beyond the first (``charge``), so its total cost is
     max(1, time / cost_s). The bucket may go below zero: the principal then waits until the rate
     has paid the debt back. Time is what every read and write shares (one event loop per process),
-    so it prices a 261 ms list of a large tenant as 130 cheap reads at 2 ms, whatever made it slow.
+    so it prices a 261 ms list of a large tenant as 52 cheap reads at 5 ms, whatever made it slow.
     """
 
-    def __init__(self, per_s: float, burst: int, keep: int = 100_000, cost_s: float = 0.002) -> None:
+    def __init__(self, per_s: float, burst: int, keep: int = 100_000, cost_s: float = 0.005) -> None:
         self.per_s, self.burst, self.keep, self.cost_s = per_s, burst, keep, cost_s
         self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
 

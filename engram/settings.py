@@ -130,11 +130,11 @@ class Settings(BaseSettings):
         200, ge=1, description="Requests a principal may make at once above the rate."
     )
     rate_limit_cost_ms: float = Field(
-        2.0,
+        5.0,
         gt=0,
         description="Server time one request token buys: a request costs one token per this many "
         "milliseconds of event-loop time it takes (at least one). With the rate, it caps the share of "
-        "the event loop one principal can hold: 100/s x 2 ms = 20%.",
+        "the event loop one principal can hold: 100/s x 5 ms = 50%.",
     )
 
     @property

@@ -176,7 +176,7 @@ def test_writes_are_the_tokens_to_make(
 
 
 def test_each_principal_has_its_own_rate_limit() -> None:
-    api = client(rate_limit_per_s=1.0, rate_limit_burst=3)
+    api = client(rate_limit_per_s=1.0, rate_limit_burst=3, rate_limit_cost_ms=1000.0)  # one token a request
     sam = bearer(mint(SETTINGS, "acme", role="user", user="sam"))
     answers = [api.get(MEMORIES, headers=sam).status_code for _ in range(4)]
     assert answers == [200, 200, 200, 429]
