@@ -58,6 +58,22 @@ def test_every_cli_command_is_in_the_cli_page_and_the_readme_names_the_page() ->
     assert "(docs/cli.md)" in README
 
 
+def test_every_route_is_in_the_http_api_page(tmp_path: Path) -> None:
+    from api.main import create_app
+    from engram.settings import load_settings
+
+    page = (DOCS / "http-api.md").read_text()
+    app = create_app(load_settings(data_dir=tmp_path))
+    routes = [
+        f"{method.upper()} {path.replace('{memory_id}', '{id}')}"
+        for path, methods in app.openapi()["paths"].items()
+        for method in methods
+    ]
+    assert len(routes) > 20
+    missing = [route for route in routes if f"`{route}" not in page]
+    assert not missing, f"routes the HTTP API page does not document: {missing}"
+
+
 def test_every_design_section_the_code_cites_is_in_docs_design() -> None:
     sections = set(re.findall(r"^## (\d+)\. ", DESIGN, re.M))
     cited: dict[str, list[str]] = {}
@@ -188,11 +204,12 @@ class Shell:
                 data = next(words)
                 headers.setdefault("content-type", "application/x-www-form-urlencoded")  # as curl does
             else:
-                assert url is None and not word.startswith("-"), f"a curl option this test does not know: {word}"
+                assert url is None and not word.startswith("-"), f"an option this test cannot read: {word}"
                 url = word
         assert url is not None and url.startswith("localhost:8000/"), url
         url = url.replace("localhost:8000", self.server.url, 1)
-        answer = httpx.request(method or ("POST" if data else "GET"), url, headers=headers, content=data, timeout=60)
+        method = method or ("POST" if data else "GET")
+        answer = httpx.request(method, url, headers=headers, content=data, timeout=60)
         body = answer.text
         if jq:
             flags = jq.split()
@@ -209,9 +226,8 @@ class DemoServer(Server):
         self.settings.token_secret()
         env = {**os.environ, **settings_env(self.settings), "ENGRAM_EMBEDDER": "minilm"}
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "engram.cli", "serve", "--demo"], env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+            argv = [sys.executable, "-m", "engram.cli", "serve", "--demo"]
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def wait_seeded(self, timeout: float = 120.0) -> None:
