@@ -82,7 +82,10 @@ class OperatorAuth(httpx.Auth):
         found = TENANT_IN_PATH.match(request.url.path)
         if found and "authorization" not in request.headers:
             tenant = unquote(found.group(1))
-            token = mint(self.settings, tenant, role="operator", user=self.user) if tenant else ""
+            try:
+                token = mint(self.settings, tenant, role="operator", user=self.user) if tenant else ""
+            except ValueError:  # a tenant no token may name (the tests' bad paths): a token it is not
+                token = "not-a-token"
             request.headers["Authorization"] = f"Bearer {token}"
         yield request
 

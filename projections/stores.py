@@ -157,11 +157,21 @@ class TenantStores:
         return count
 
     def _swap(self, tenant: str) -> None:
-        """The fresh copy in the store's place, once every handle of the old one is closed."""
-        self._close(tenant)
+        """The fresh copy in the store's place. An open graph is reopened in place (its holders keep
+        a working graph); its indexes are closed, to open again on the new store."""
+        if (indexes := self._indexes.pop(tenant, None)) is not None:
+            indexes.close()
+
+        def move() -> None:
+            (self._path(tenant).with_name("graph.vacuum") / ".complete").touch()
+            self._finish_vacuum(tenant)
+
+        graph = self._open.get(tenant)
+        if graph is not None:
+            graph.reopen(move)
+            return
         gc.collect()  # every RocksDB handle closed before the directories move
-        (self._path(tenant).with_name("graph.vacuum") / ".complete").touch()
-        self._finish_vacuum(tenant)
+        move()
 
     def _finish_vacuum(self, tenant: str) -> None:
         """Complete a vacuum a crash interrupted: a complete fresh copy replaces the old store."""

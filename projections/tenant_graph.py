@@ -9,6 +9,7 @@ applied before is skipped too (same content) or rejected (different content).
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -274,3 +275,15 @@ class TenantGraph:
 
     def flush(self) -> None:
         self.store.flush()
+
+    def reopen(self, move: Callable[[], None]) -> None:
+        """Close the store, let ``move`` replace its directory (a vacuum's fresh copy), open it again,
+        in this same object: whoever holds the graph keeps one that works. Nothing else may hold
+        ``store`` itself meanwhile (RocksDB's lock goes with its last reference)."""
+        self.store.flush()
+        self.generation += 1
+        self.store = None  # type: ignore[assignment]
+        gc.collect()
+        move()
+        self.store = Store(str(self.path))
+        self.generation += 1

@@ -141,7 +141,7 @@ def test_produce_reports_every_hostile_line_and_produces_the_rest(settings: Sett
     assert "memory_id must match" in reasons[2]
     assert "finite" in reasons[3]
     assert "repeated keys" in reasons[4]
-    assert "valid Unicode" in reasons[5] or "unknown envelope fields" in reasons[5]
+    assert "must be UTF-8" in reasons[5]
     assert "finite 32-bit floats" in reasons[6]  # the domain rules refuse it before Avro would
     assert "importance must be an integer" in reasons[7] and "kind must be one of" in reasons[7]
 
