@@ -15,6 +15,7 @@ from pyoxigraph import Store
 
 from projections.rules import compile as sparql
 from projections.rules.compile import Value
+from projections.rules.program import Rule
 from projections.rules.strata import (
     Fact,
     Graphs,
@@ -22,7 +23,6 @@ from projections.rules.strata import (
     unify,
 )
 from projections.rules.stratify import body_atoms
-from projections.rules.syntax import Rule
 
 if TYPE_CHECKING:
     from projections.rules.engine import RuleEngine

@@ -34,6 +34,7 @@ from projections.rules import compile as sparql
 from projections.rules.compile import Binding, Value
 from projections.rules.derivations import Derivation, DerivationInput, Explaining
 from projections.rules.incremental import Incremental
+from projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
 from projections.rules.rank import Ranking, _check_ranks
 from projections.rules.strata import (
     RDF_TYPE_NODE,
@@ -45,7 +46,6 @@ from projections.rules.strata import (
     instantiate,
 )
 from projections.rules.stratify import stratify
-from projections.rules.syntax import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from pyoxigraph import Quad, QueryBoolean, Store, Triple
 
 from projections.rules import compile as sparql
 from projections.rules.compile import Binding
+from projections.rules.program import Aggregate, Rank, Var
 from projections.rules.strata import (
     READ_AS_IS,
     Fact,
@@ -28,7 +29,6 @@ from projections.rules.strata import (
     _Trigger,
     unify,
 )
-from projections.rules.syntax import Aggregate, Rank, Var
 
 if TYPE_CHECKING:
     from projections.rules.engine import RuleEngine

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pyoxigraph import Literal, NamedNode, Quad, Store
 
 from projections.rules.compile import Value
+from projections.rules.program import Rank, Rule, RuleSyntaxError, Var
 from projections.rules.strata import (
     Fact,
     Graphs,
@@ -24,7 +25,6 @@ from projections.rules.strata import (
     unify,
 )
 from projections.rules.stratify import unifiable
-from projections.rules.syntax import Rank, Rule, RuleSyntaxError, Var
 
 if TYPE_CHECKING:
     from projections.rules.engine import RuleEngine

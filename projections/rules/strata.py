@@ -15,8 +15,8 @@ from pyoxigraph import BlankNode, Literal, NamedNode, QuerySolution, Triple
 
 from projections.rules import compile as sparql
 from projections.rules.compile import Binding, Value
+from projections.rules.program import RDF_TYPE, Aggregate, Atom, Negation, Rank, Rule, Var
 from projections.rules.stratify import body_atoms, unifiable
-from projections.rules.syntax import RDF_TYPE, Aggregate, Atom, Negation, Rank, Rule, Var
 
 RDF_TYPE_NODE = NamedNode(RDF_TYPE)
 
