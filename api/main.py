@@ -1,10 +1,14 @@
-"""The FastAPI app: routers, the runtime started in the lifespan, request limits, one error shape."""
+"""The FastAPI app: routers, the runtime started in the lifespan, request limits, one error shape.
+
+The runtime comes from the caller (``engram.process.running`` for ``engram serve``): the API reads
+it and does not compose the process that runs the projector.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
@@ -15,13 +19,16 @@ from api.bodies import JsonBodies, body_only_if_taken
 from api.deps import known_query_only
 from api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from api.routes import events, graph, health, legal_holds, live_data, memories, recall, snapshots, sparql
-from api.runtime import running
+from api.runtime import Runtime
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# starts the runtime for the app's lifespan and stops it after
+Running = Callable[[Settings], AbstractAsyncContextManager[Runtime]]
 
-def create_app(settings: Settings) -> FastAPI:
+
+def create_app(settings: Settings, running: Running) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with running(settings) as runtime:

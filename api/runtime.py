@@ -1,13 +1,12 @@
-"""What the API process holds while it runs: stores, producer, the embedded projector."""
+"""What the API reads while it runs: stores, producer, the embedded projector (composed by
+``engram.process``, which builds this for the API and the projector alone for a worker)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import faust
@@ -15,22 +14,16 @@ import numpy as np
 
 from commands.writes import Commands
 from engram.settings import Settings
-from projections.knowledge import load_knowledge
 from projections.progress import Progress
 from projections.sparql_sandbox import Sandbox
 from projections.stores import TenantStores
-from streams.archiver import archive_until
 from streams.asof import AsOfProjections
-from streams.embedder import Embedder, HashingEmbedder, load_embedder
+from streams.embedder import Embedder
 from streams.embedding_worker import EmbeddingWorker
 from streams.indexer import Indexer
-from streams.keystore import KeyStore
 from streams.lag import LagMonitor
-from streams.objects import open_objects
 from streams.producer import EventProducer
-from streams.projector import create_app
 from streams.snapshots import Snapshots
-from streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +34,7 @@ RECENT_QUERIES = 256  # query vectors kept (1.5 KB each at 384 dimensions)
 class Runtime:
     settings: Settings
     stores: TenantStores
+    snapshots: Snapshots  # taken on demand, listed (the projector takes them every N events)
     progress: Progress  # records applied to the graph (reads, readiness)
     indexed: Progress  # records whose memories are also searchable (recall, ?wait=true)
     embedder: Embedder
@@ -104,67 +98,3 @@ class PendingVector:
             if self._done is not None:
                 self._done(self._text, self._vector)
         return self._vector
-
-
-@asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Runtime]:
-    """Start producer, projector (Faust, in this event loop) and lag monitor; stop them after."""
-    await ensure_topics(settings)
-    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
-    embedder = load_embedder(settings.embedder)
-    stores = TenantStores(
-        settings.tenants_dir,
-        max_open=settings.max_open_stores,
-        knowledge=knowledge,
-        vectors=(embedder.name, embedder.dim),
-        keys=KeyStore(settings.key_store_dir),
-    )
-    stores.snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
-    progress = Progress()
-    indexed = Progress()
-    indexer = Indexer(stores, indexed)
-    producer = EventProducer(settings)
-    runtime = Runtime(
-        settings=settings,
-        stores=stores,
-        progress=progress,
-        indexed=indexed,
-        embedder=embedder,
-        indexer=indexer,
-        producer=producer,
-        projector=create_app(settings, stores, progress, indexer),
-        lag=LagMonitor(settings),
-        commands=Commands(stores, producer, progress, indexed, embedder, settings.wait_timeout_s),
-        # a hashing embedder costs microseconds: a process to overlap it with would cost more
-        query_worker=EmbeddingWorker(embedder, settings.embedder)
-        if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
-        else None,
-    )
-    runtime.past = AsOfProjections(settings, knowledge, (embedder.name, embedder.dim), stores.snapshots)
-    stores.erasure_listeners.append(runtime.past.forget_tenant)
-    runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
-    embedder.embed(["warm up"])  # load the model before the first request needs it
-    await runtime.producer.start()
-    await runtime.lag.start()
-    await indexer.start()
-    await runtime.projector.start()
-    archive_stop = asyncio.Event()
-    archiving = (
-        asyncio.create_task(archive_until(settings, archive_stop)) if settings.archive_enabled else None
-    )
-    log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
-    try:
-        yield runtime
-    finally:
-        if archiving is not None:  # the open segments are written before it returns
-            archive_stop.set()
-            await archiving
-        await runtime.projector.stop()
-        await indexer.stop()
-        await runtime.lag.stop()
-        await runtime.producer.stop()
-        if runtime.query_worker is not None:
-            runtime.query_worker.close()
-        await runtime.sparql.close()
-        stores.close()
-        runtime.past.close()

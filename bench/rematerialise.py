@@ -35,7 +35,7 @@ from bench.throughput import produce_all
 from engram.harness import isolated_settings
 from engram.settings import load_settings
 from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
-from projections.rules.syntax import Rank
+from projections.rules.program import Rank
 from projections.tenant_graph import TenantGraph
 from projections.terms import GRAPHS
 from schemas.events import Position, event_from_json

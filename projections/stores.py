@@ -11,16 +11,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pyoxigraph import Store
 
 from projections.indexes import TenantIndexes
 from projections.knowledge import Knowledge, load_knowledge
+from projections.seams import Keys, Snapshotter
 from projections.tenant_graph import TenantGraph
 from schemas import vocabulary as v
 from schemas.events import Position
-from streams.keystore import Keys
 
 T = TypeVar("T")
 
@@ -65,8 +65,8 @@ class TenantStores:
         ``keys`` unseals memory events (without it every sealed event reads as erased)."""
         self.root = root
         self.keys = keys
-        # streams.snapshots.Snapshots when the projector takes tenant snapshots (set by the runtime)
-        self.snapshots: Any = None
+        # set by the process that runs the projector, when it takes tenant snapshots
+        self.snapshots: Snapshotter | None = None
         self.max_open = max_open
         self.knowledge = knowledge or load_knowledge()
         self.vectors = vectors
@@ -231,7 +231,7 @@ class TenantStores:
         """The erasure's copies on disk besides the store: the text index and the snapshots (how
         many were deleted)."""
         shutil.rmtree(self._path(tenant).parent / "text", ignore_errors=True)
-        return int(self.snapshots.purge(tenant)) if self.snapshots is not None else 0
+        return self.snapshots.purge(tenant) if self.snapshots is not None else 0
 
     def _erased(self, tenant: str) -> None:
         """The listeners drop their copies (on the caller's thread, the event loop's); the mark goes."""

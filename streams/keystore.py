@@ -22,6 +22,7 @@ from typing import Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from projections.seams import Keys
 from schemas import sealing
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent
@@ -168,9 +169,6 @@ class ReadOnlyKeys:
 
     def destroy(self, tenant: str, key_id: str) -> bool:
         return False
-
-
-Keys = KeyStore | ReadOnlyKeys
 
 
 def seal_event(event: Event, keys: Keys) -> Event:

@@ -24,7 +24,7 @@ async def take(tenant: TenantId, runtime: CurrentRuntime, who: CurrentPrincipal)
     """Snapshot the tenant now (operators and auditors); besides every ``ENGRAM_SNAPSHOT_EVERY``
     events, which the projector takes itself."""
     governs(who)
-    snapshots = runtime.stores.snapshots
+    snapshots = runtime.snapshots
     async with runtime.stores.exclusive(tenant):  # not under an erasure, which replaces the store
         graph = runtime.stores.get(tenant)
         if graph is None or graph.checkpoint() is None:
@@ -42,5 +42,5 @@ async def take(tenant: TenantId, runtime: CurrentRuntime, who: CurrentPrincipal)
 async def list_snapshots(tenant: TenantId, runtime: CurrentRuntime, who: CurrentPrincipal) -> SnapshotsOut:
     """The tenant's snapshots, oldest first (operators and auditors)."""
     governs(who)
-    found = await asyncio.to_thread(runtime.stores.snapshots.list, tenant)
+    found = await asyncio.to_thread(runtime.snapshots.list, tenant)
     return SnapshotsOut(data=[SnapshotOut(key=s.key, **vars(s)) for s in found])

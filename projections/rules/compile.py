@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pyoxigraph import BlankNode, Literal, NamedNode
 
-from projections.rules.syntax import (
+from projections.rules.program import (
     RDF_TYPE,
     Aggregate,
     Atom,

@@ -15,149 +15,31 @@ sentence its derivations are explained with (``{var}`` placeholders).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyoxigraph import Literal, NamedNode
 
-from schemas import vocabulary as v
-
-RDF_TYPE = v.RDF_TYPE
-XSD = v.XSD
-DEFAULT_PREFIXES = {
-    "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#",
-    "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
-    "owl": "http://www.w3.org/2002/07/owl#",
-    "xsd": XSD,
-}
-AGGREGATES = ("COUNT", "SUM", "MIN", "MAX")
-
-
-class RuleSyntaxError(ValueError):
-    """A rule file that cannot be parsed; the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class Var:
-    name: str
-
-    def __str__(self) -> str:
-        return f"?{self.name}"
-
-
-Term = Var | NamedNode | Literal
-
-
-@dataclass(frozen=True)
-class Atom:
-    s: Term
-    p: Term
-    o: Term
-
-    @property
-    def terms(self) -> tuple[Term, Term, Term]:
-        return (self.s, self.p, self.o)
-
-    @property
-    def vars(self) -> frozenset[str]:
-        return frozenset(t.name for t in self.terms if isinstance(t, Var))
-
-
-@dataclass(frozen=True)
-class Negation:
-    atoms: tuple[Atom, ...]
-    declared_local: frozenset[str] = frozenset()  # NOT EXISTS ?v… IN: local even if used outside
-
-
-@dataclass(frozen=True)
-class Filter:
-    expr: str
-    vars: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Bind:
-    expr: str
-    var: str
-    vars: frozenset[str]
-
-
-@dataclass(frozen=True)
-class AggregateOutput:
-    func: str
-    expr: str
-    var: str
-    distinct: bool = False
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    atoms: tuple[Atom, ...]
-    filters: tuple[Filter, ...]
-    group: tuple[str, ...]
-    outputs: tuple[AggregateOutput, ...]
-
-
-@dataclass(frozen=True)
-class Rank:
-    """The first ``limit`` items of the atoms' solutions in ``keys`` order, each at its position.
-
-    Only the top is derived, so a new item changes at most ``limit`` facts, where a rank counted
-    per item (an AGGREGATE) changes every item it outranks and costs O(items) each.
-    """
-
-    atoms: tuple[Atom, ...]
-    filters: tuple[Filter, ...]
-    item: str  # what is ranked: one position per value, its best solution
-    keys: tuple[str, ...]  # SPARQL ORDER BY conditions, first decides
-    var: str  # the position, 1 for the first
-    limit: str  # a variable the atoms bind: how many positions are derived
-
-    @property
-    def vars(self) -> frozenset[str]:
-        return frozenset().union(*(atom.vars for atom in self.atoms))
-
-
-BodyLiteral = Atom | Negation | Filter | Bind | Aggregate | Rank
-
-
-@dataclass(frozen=True)
-class Rule:
-    heads: tuple[Atom, ...]
-    body: tuple[BodyLiteral, ...]
-    source: str  # file:line, names the rule in errors and explanations
-    text: str
-    explain: str | None = None
-
-    @property
-    def positive_vars(self) -> frozenset[str]:
-        """Variables a body binds: positive atoms, BIND targets, aggregate groups and outputs."""
-        bound: set[str] = set()
-        for literal in self.body:
-            match literal:
-                case Atom():
-                    bound |= literal.vars
-                case Bind():
-                    bound.add(literal.var)
-                case Aggregate():
-                    bound |= set(literal.group) | {output.var for output in literal.outputs}
-                case Rank():
-                    bound |= literal.vars | {literal.var}
-        return frozenset(bound)
-
-
-@dataclass
-class Program:
-    rules: list[Rule] = field(default_factory=list)
-    prefixes: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PREFIXES))
-
-
-_VAR_IN_EXPR = re.compile(r"\?([A-Za-z_][A-Za-z0-9_]*)")
-_STRING_IN_EXPR = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
-def expr_vars(expr: str) -> frozenset[str]:
-    return frozenset(_VAR_IN_EXPR.findall(_STRING_IN_EXPR.sub("", expr)))
+from projections.rules.program import (
+    AGGREGATES,
+    RDF_TYPE,
+    XSD,
+    Aggregate,
+    AggregateOutput,
+    Atom,
+    Bind,
+    BodyLiteral,
+    Filter,
+    Negation,
+    Program,
+    Rank,
+    Rule,
+    RuleSyntaxError,
+    Term,
+    Var,
+    _names,
+    check_safe,
+    expr_vars,
+)
 
 
 class _Parser:
@@ -270,45 +152,8 @@ class _Parser:
             " ".join(self.text[start : self.pos].split()),
             explain,
         )
-        self.check_safe(rule)
+        check_safe(rule)
         return rule
-
-    def check_safe(self, rule: Rule) -> None:
-        bound = rule.positive_vars
-        for head in rule.heads:
-            if missing := head.vars - bound:
-                raise RuleSyntaxError(
-                    f"{rule.source}: head variables {_names(missing)} are not bound by the body"
-                )
-        atom_vars = frozenset().union(*(literal.vars for literal in rule.body if isinstance(literal, Atom)))
-        targets = [literal.var for literal in rule.body if isinstance(literal, Bind)]
-        for var in targets:
-            if var in atom_vars or targets.count(var) > 1:
-                raise RuleSyntaxError(f"{rule.source}: BIND target ?{var} is already bound in the body")
-        for literal in rule.body:
-            if isinstance(literal, Filter | Bind) and (missing := literal.vars - bound):
-                raise RuleSyntaxError(
-                    f"{rule.source}: {_names(missing)} used in an expression but never bound"
-                )
-        if any(isinstance(literal, Aggregate) for literal in rule.body) and any(
-            isinstance(literal, Atom | Negation) for literal in rule.body
-        ):
-            raise RuleSyntaxError(
-                f"{rule.source}: a rule with AGGREGATE may only add FILTER and BIND beside it; "
-                "derive the other conditions in a rule of their own"
-            )
-        if any(isinstance(literal, Rank) for literal in rule.body) and len(rule.body) > 1:
-            raise RuleSyntaxError(
-                f"{rule.source}: RANK must be the whole body; put conditions inside it, "
-                "or derive them in a rule of their own"
-            )
-        if isinstance(rank := rule.body[0], Rank):
-            for head in rule.heads:
-                if rank.item not in head.vars or head.vars - {rank.item, rank.var}:
-                    raise RuleSyntaxError(
-                        f"{rule.source}: a RANK rule's heads hold ?{rank.item} and may hold ?{rank.var}, "
-                        "nothing else (an item's other values need not be those it was ranked by)"
-                    )
 
     def literal(self) -> BodyLiteral:
         if self.peek_word("NOT"):
@@ -546,10 +391,6 @@ def _joined(atoms: tuple[Atom, ...], var: str) -> frozenset[str]:
 
 def _unescape(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "r": "\r"}.get(m.group(1), m.group(1)), text)
-
-
-def _names(vars_: set[str] | frozenset[str]) -> str:
-    return ", ".join(f"?{n}" for n in sorted(vars_))
 
 
 def parse_rules(text: str, name: str = "<rules>", program: Program | None = None) -> Program:

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from api.auth import mint
 from api.main import create_app
 from commands.writes import Commands
+from engram.process import running
 from engram.settings import load_settings
 from projections.knowledge import load_knowledge
 from streams.embedder import load_embedder
@@ -31,7 +32,7 @@ def client(stores: Any = None, **overrides: Any) -> TestClient:
     """The app with a stand-in runtime, speaking as acme's operator unless a request says otherwise;
     ``stores`` replaces the stand-in that knows no tenant."""
     settings = load_settings(auth_secret=SECRET, **overrides)
-    app = create_app(settings)
+    app = create_app(settings, running)  # the lifespan never runs here: the stand-in replaces it
     if stores is None:
         stores = SimpleNamespace(get=lambda tenant: None, knowledge=load_knowledge(), keys=None)
     progress = SimpleNamespace(last_offset={})

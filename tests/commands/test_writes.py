@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from api.runtime import Runtime, running
+from api.runtime import Runtime
 from commands.writes import Attribution, Conflicting, Invalid, NotFound, Refused
+from engram.process import running
 from engram.settings import Settings
 from projections.read import get_memory, memory_statuses
 from projections.terms import CLOCK, e, user_iri

@@ -1,0 +1,119 @@
+"""The local stack and the long-running processes: the broker, the object store, `engram serve`
+(API and projector) and `engram worker` (the projector alone)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from importlib import resources
+
+from engram.settings import Settings
+
+log = logging.getLogger("engram.cli")
+
+
+def kafka(settings: Settings, args: argparse.Namespace) -> int:
+    from streams import kafka_local
+    from streams.topics import ensure_topics
+
+    match args.action:
+        case "start":
+            took = kafka_local.start(settings)
+            created = asyncio.run(ensure_topics(settings))
+            print(
+                f"kafka answering on {settings.kafka_bootstrap} (took {took:.1f}s); "
+                f"topics created: {', '.join(created) or 'none (all present)'}"
+            )
+            return 0
+        case "stop":
+            stopped = kafka_local.stop(settings)
+            print("kafka stopped" if stopped else "no broker of ours was running")
+            return 0
+        case "status":
+            st = kafka_local.status(settings)
+            state = "answering" if st.answering else "not answering"
+            print(f"kafka on {st.bootstrap}: {state}; pid {st.pid or '-'}")
+            return 0 if st.answering else 1
+        case "tool":
+            return kafka_local.run_tool(settings, args.tool, args.tool_args)
+    return 2
+
+
+def s3(settings: Settings, args: argparse.Namespace) -> int:
+    from streams import s3_local
+
+    match args.action:
+        case "start":
+            took = s3_local.start(settings)
+            url = s3_local.endpoint(settings)
+            print(f"s3 answering on {url} (took {took:.1f}s)")
+            if not settings.s3_endpoint:
+                print(f"engram stores objects in {settings.archive_root}; ENGRAM_S3_ENDPOINT={url} uses this")
+            return 0
+        case "stop":
+            stopped = s3_local.stop(settings)
+            print("s3proxy stopped" if stopped else "no s3proxy of ours was running")
+            return 0
+        case "status":
+            st = s3_local.status(settings)
+            state = "answering" if st.answering else "not answering"
+            print(f"s3 on {st.endpoint}: {state}; pid {st.pid or '-'}")
+            return 0 if st.answering else 1
+    return 2
+
+
+def serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.main import create_app
+    from api.server import uvicorn_config
+    from engram.process import running
+
+    async def main() -> None:
+        # Header and body read timeouts, header size limit and connection cap: see api/server.py.
+        server = uvicorn.Server(uvicorn_config(create_app(settings, running), settings))
+        serving = asyncio.create_task(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.1)
+        if args.demo and server.started:
+            await seed_demo(settings)
+        await serving
+
+    asyncio.run(main())
+    return 0
+
+
+def worker(settings: Settings, args: argparse.Namespace) -> int:
+    """The projector alone, in its own process: neither FastAPI nor the write path is imported."""
+    from engram.process import work_until_signalled
+
+    asyncio.run(work_until_signalled(settings))
+    return 0
+
+
+async def seed_demo(settings: Settings) -> None:
+    from api.auth import mint
+    from projections.knowledge import load_knowledge
+    from streams.embedder import load_embedder
+    from streams.ingest import produce_lines
+    from streams.keystore import KeyStore
+    from streams.producer import EventProducer
+
+    if (settings.tenants_dir / "acme").exists():
+        log.info("demo tenant acme already present; not seeding again")
+    else:
+        lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
+        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+        async with EventProducer(settings) as producer:
+            keys = KeyStore(settings.key_store_dir)
+            report = await produce_lines(producer, lines, load_embedder(settings.embedder), knowledge, keys)
+        log.info("seeded demo tenant acme with %d events", report.produced)
+    base = f"http://{settings.api_host}:{settings.api_port}"
+    token = mint(settings, "acme", role="operator", user="dana", ttl_s=86400)
+    print(
+        f"\nengram is up on {base}. A demo token (acme's operator dana, valid 24 h; mint others with "
+        f"`engram token`):\n  export TOKEN={token}\ntry:\n"
+        f'  curl -s -H "Authorization: Bearer $TOKEN" {base}/v1/tenants/acme/memories\n',
+        flush=True,
+    )

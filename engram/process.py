@@ -1,0 +1,170 @@
+"""Process composition: the parts of a running engram, built from settings in one place.
+
+Two processes run the projector: ``engram serve`` (the API with the projector in its event loop)
+and ``engram worker`` (the projector alone, for scale-out: more workers in one consumer group).
+Both compose it here, so a worker is the server's projector without FastAPI, and the API layer
+receives its runtime instead of building it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import faust
+
+from api.runtime import Runtime
+from commands.writes import Commands
+from engram.settings import Settings
+from projections.knowledge import Knowledge, load_knowledge
+from projections.progress import Progress
+from projections.sparql_sandbox import Sandbox
+from projections.stores import TenantStores
+from streams.archiver import archive_until
+from streams.asof import AsOfProjections
+from streams.embedder import Embedder, HashingEmbedder, load_embedder
+from streams.embedding_worker import EmbeddingWorker
+from streams.indexer import Indexer
+from streams.keystore import KeyStore
+from streams.lag import LagMonitor
+from streams.objects import open_objects
+from streams.producer import EventProducer
+from streams.projector import create_app
+from streams.snapshots import Snapshots
+from streams.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Projection:
+    """The projector and what it writes to: tenants' stores, their snapshots and search indexes."""
+
+    knowledge: Knowledge
+    embedder: Embedder
+    stores: TenantStores
+    snapshots: Snapshots
+    progress: Progress  # records applied to the graph
+    indexed: Progress  # records whose memories are also searchable
+    indexer: Indexer
+    projector: faust.App
+
+    async def start(self) -> None:
+        await self.indexer.start()
+        await self.projector.start()
+
+    async def stop(self) -> None:
+        await self.projector.stop()
+        await self.indexer.stop()
+
+
+def compose_projection(settings: Settings) -> Projection:
+    """The projector's parts, not yet started (the embedder names the vector indexes' model)."""
+    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    embedder = load_embedder(settings.embedder)
+    stores = TenantStores(
+        settings.tenants_dir,
+        max_open=settings.max_open_stores,
+        knowledge=knowledge,
+        vectors=(embedder.name, embedder.dim),
+        keys=KeyStore(settings.key_store_dir),
+    )
+    snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
+    stores.snapshots = snapshots
+    progress, indexed = Progress(), Progress()
+    indexer = Indexer(stores, indexed)
+    return Projection(
+        knowledge=knowledge,
+        embedder=embedder,
+        stores=stores,
+        snapshots=snapshots,
+        progress=progress,
+        indexed=indexed,
+        indexer=indexer,
+        projector=create_app(settings, stores, progress, indexer),
+    )
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Runtime]:
+    """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, as_of
+    replays, the SPARQL sandbox and (when enabled) the archiver; stopped after."""
+    await ensure_topics(settings)
+    parts = compose_projection(settings)
+    embedder, stores = parts.embedder, parts.stores
+    producer = EventProducer(settings)
+    runtime = Runtime(
+        settings=settings,
+        stores=stores,
+        snapshots=parts.snapshots,
+        progress=parts.progress,
+        indexed=parts.indexed,
+        embedder=embedder,
+        indexer=parts.indexer,
+        producer=producer,
+        projector=parts.projector,
+        lag=LagMonitor(settings),
+        commands=Commands(stores, producer, parts.progress, parts.indexed, embedder, settings.wait_timeout_s),
+        # a hashing embedder costs microseconds: a process to overlap it with would cost more
+        query_worker=EmbeddingWorker(embedder, settings.embedder)
+        if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
+        else None,
+    )
+    runtime.past = AsOfProjections(settings, parts.knowledge, (embedder.name, embedder.dim), parts.snapshots)
+    stores.erasure_listeners.append(runtime.past.forget_tenant)
+    runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
+    embedder.embed(["warm up"])  # load the model before the first request needs it
+    await runtime.producer.start()
+    await runtime.lag.start()
+    await parts.start()
+    archive_stop = asyncio.Event()
+    archiving = (
+        asyncio.create_task(archive_until(settings, archive_stop)) if settings.archive_enabled else None
+    )
+    log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
+    try:
+        yield runtime
+    finally:
+        if archiving is not None:  # the open segments are written before it returns
+            archive_stop.set()
+            await archiving
+        await parts.stop()
+        await runtime.lag.stop()
+        await runtime.producer.stop()
+        if runtime.query_worker is not None:
+            runtime.query_worker.close()
+        await runtime.sparql.close()
+        stores.close()
+        runtime.past.close()
+
+
+@asynccontextmanager
+async def projecting(settings: Settings) -> AsyncIterator[Projection]:
+    """The projector alone, started: a worker's whole job (no API, no producer of writes)."""
+    await ensure_topics(settings)
+    parts = compose_projection(settings)
+    await parts.start()
+    log.info("engram worker projecting: topic %s, data %s", settings.events_topic, settings.data_dir)
+    try:
+        yield parts
+    finally:
+        await parts.stop()
+        parts.stores.close()
+
+
+async def work_until_signalled(settings: Settings) -> None:
+    """``engram worker``: project until SIGTERM or SIGINT, then stop cleanly (stores flushed)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with projecting(settings):
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,33 @@
+"""What the projections need from the layers above them, as protocols.
+
+A tenant's stores unseal events with data keys and purge snapshots on erasure, but the key store
+and the object store are infrastructure (``streams``): naming them here by their shape keeps the
+imports running one way, and lets a test or another backend stand in.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from projections.tenant_graph import TenantGraph
+
+
+class Keys(Protocol):
+    """Memories' data keys (``streams.keystore.KeyStore``, or replay's read-only view of it)."""
+
+    def data_key(self, tenant: str, key_id: str, *, create: bool = False) -> bytes | None: ...
+
+    def destroy(self, tenant: str, key_id: str) -> bool: ...
+
+
+class Snapshotter(Protocol):
+    """Tenant snapshots in the object store (``streams.snapshots.Snapshots``): the projector takes
+    one every ``every`` handled events (0: only on demand); an erasure purges a tenant's."""
+
+    every: int
+
+    def due(self, before: int, after: int) -> bool: ...
+
+    def take(self, tenant: str, graph: TenantGraph) -> object: ...
+
+    def purge(self, tenant: str) -> int: ...
