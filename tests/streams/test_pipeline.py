@@ -1,11 +1,13 @@
-"""``engram produce``'s checks: what a line may not say, refused with its line number."""
+"""The pipeline between a write and the log's bytes: what a line may not say (refused with its line
+number), the event a frame carries being the one its bytes read back as, and the projector's offline
+pre-check in ``engram produce``."""
 
 from __future__ import annotations
 
 import json
 
 from projections.knowledge import load_knowledge
-from streams.ingest import parse_lines
+from streams.pipeline import Pipeline, parse_lines
 from tests.factories import envelope, remembered
 
 
@@ -18,7 +20,7 @@ def test_property_names_the_rules_conclude_are_refused_before_anything_is_sent()
         remembered("ok", properties={"goal": 3.0}),
         remembered("bad", properties={"targetStatus": "met", "liveRank": 1}),
     )
-    good, bad = parse_lines(text, knowledge=load_knowledge())
+    good, bad = parse_lines(text, Pipeline(load_knowledge()))
     assert [n for n, _ in good] == [1]
     assert bad == [
         (
