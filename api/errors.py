@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from commands.writes import Refused
+from commands.answers import Refused
 from projections.stores import StoreLocked
 
 log = logging.getLogger(__name__)

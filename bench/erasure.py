@@ -18,9 +18,9 @@ from typing import Any
 
 from projections.stores import TenantStores
 from schemas.events import Position
-from streams import codec, projector
-from streams.ingest import prepare
+from streams import projector
 from streams.keystore import KeyStore, ReadOnlyKeys
+from streams.pipeline import Pipeline
 
 ACTOR = {"id": "bench", "role": "operator"}
 T0 = 1_764_547_200_000
@@ -37,9 +37,9 @@ def remembered(i: int) -> dict[str, Any]:
 
 
 def sealed(lines: list[dict[str, Any]], keys: KeyStore) -> list[bytes]:
-    good, bad = prepare(list(enumerate(lines)), keys=keys)
+    good, bad = Pipeline(keys=keys).write_many(list(enumerate(lines)))
     assert not bad, bad
-    return [codec.encode(e) for _, e in good]
+    return [f.value for _, f in good]
 
 
 async def feed(stores: TenantStores, values: list[bytes], first: int, batch: int = 500) -> float:

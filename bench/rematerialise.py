@@ -40,7 +40,8 @@ from projections.tenant_graph import TenantGraph
 from projections.terms import GRAPHS
 from schemas.events import Position, event_from_json
 from streams import kafka_local
-from streams.keystore import KeyStore, seal_event
+from streams.keystore import KeyStore
+from streams.pipeline import seal as seal_event
 from streams.replay import replay_tenant
 from streams.topics import ensure_topics
 

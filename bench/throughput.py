@@ -39,7 +39,8 @@ from projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
 from projections.stores import TenantStores
 from schemas.events import Position, event_from_json
 from streams import codec, kafka_local
-from streams.keystore import KeyStore, seal_event
+from streams.keystore import KeyStore
+from streams.pipeline import seal as seal_event
 from streams.producer import EventProducer
 from streams.projector import Record, handle_batch_with_retries
 from streams.topics import ensure_topics

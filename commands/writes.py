@@ -15,137 +15,46 @@ content) is answered as the original, not produced again.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from aiokafka.errors import KafkaError
 from pyoxigraph import Literal
 
+from commands.answers import (
+    Accepted,
+    Attribution,
+    Conflicting,
+    Invalid,
+    LogUnavailable,
+    NotFound,
+    NotInTime,
+    RecentWrites,
+    Refused,
+    TooLarge,
+    refused,
+)
 from projections import governance
 from projections.batch import Overlay
 from projections.conflicts import rivals, rivals_of_stored
-from projections.governance import Forbidden, Unseen
 from projections.plan import GraphState, no_facts
 from projections.progress import Progress
 from projections.stores import TenantStores
 from projections.tenant_graph import AlreadyApplied, Status, TenantGraph
 from projections.terms import ASSERTED, e, memory_iri
-from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from projections.validation import PLAN_ERRORS
 from schemas import payloads as ev
 from schemas import vocabulary as v
 from schemas.checks import Conflict, InvalidEvent
-from schemas.events import Actor, Event, Position, content_digest
-from streams import codec
+from schemas.events import Event, Position, content_digest
 from streams.embedder import Embedder
-from streams.ingest import prepare
-from streams.keystore import open_event
-from streams.producer import EventProducer, EventTooLarge, encode_checked
+from streams.pipeline import EventTooLarge, Framed, Pipeline
+from streams.producer import EventProducer
 from streams.projector import reindexes
 
 log = logging.getLogger(__name__)
-
-Loc = tuple[str | int, ...]
-
-
-class Refused(Exception):
-    """A command that was not carried out; ``status`` is the HTTP status that names why, ``loc``
-    the input at fault (None: the request as a whole)."""
-
-    status: ClassVar[int] = 422
-
-    def __init__(self, reason: str, loc: Loc | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.loc = loc
-
-
-class Invalid(Refused):
-    status = 422
-
-
-class NotAllowed(Refused):
-    status = 403
-
-
-class NotFound(Refused):
-    status = 404
-
-
-class Conflicting(Refused):
-    status = 409
-
-
-class TooLarge(Refused):
-    status = 413
-
-
-class LogUnavailable(Refused):
-    status = 503
-
-
-class NotInTime(Refused):
-    status = 504
-
-
-@dataclass(frozen=True)
-class Attribution:
-    """Who writes, from where, and with which idempotency key: every write is attributable."""
-
-    source: str
-    actor: Actor
-    event_id: uuid.UUID | str | None = None
-    occurred_at: datetime | str | None = None
-    purpose: str | None = None
-    correlation_id: str | None = None
-    teams: frozenset[str] | None = None  # a bearer token's: a write sees no team memory a read would not
-
-    def envelope(self, event_type: str, tenant: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        optional = {
-            "occurred_at": self.occurred_at,
-            "purpose": self.purpose,
-            "correlation_id": self.correlation_id,
-        }
-        return {
-            "type": event_type,
-            "tenant": tenant,
-            "source": self.source,
-            "actor": self.actor.to_avro(),
-            "payload": dict(payload),
-            "event_id": str(self.event_id or uuid.uuid4()),
-            **{k: value for k, value in optional.items() if value is not None},
-        }
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """Where the log recorded a write; ``applied`` once the projection has it (``wait``)."""
-
-    event_id: str
-    memory_id: str | None
-    partition: int
-    offset: int
-    applied: bool
-
-
-class RecentWrites:
-    """Where this process last appended an event for each tenant, for read-your-writes."""
-
-    def __init__(self, keep: int = 100_000) -> None:
-        self.keep = keep
-        self._last: OrderedDict[str, tuple[int, int]] = OrderedDict()
-
-    def note(self, tenant: str, partition: int, offset: int) -> None:
-        self._last[tenant] = (partition, offset)
-        self._last.move_to_end(tenant)
-        while len(self._last) > self.keep:
-            self._last.popitem(last=False)
-
-    def get(self, tenant: str) -> tuple[int, int] | None:
-        return self._last.get(tenant)
 
 
 @dataclass
@@ -157,6 +66,11 @@ class Commands:
     embedder: Embedder | None  # embeds a new memory that carries no vector
     wait_timeout_s: float
     recent: RecentWrites = field(default_factory=RecentWrites)
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The way from a write to the bytes the log holds, with this process's keys and embedder."""
+        return Pipeline(self.stores.knowledge, self.stores.keys, self.embedder)
 
     # -- memories --------------------------------------------------------------------------
     async def remember(
@@ -171,18 +85,19 @@ class Commands:
         rivals named); ``replace`` superseding its one rival; ``keep_both`` written beside them.
         Auto-captured memories (source ``extraction``) never ask: they supersede an auto-captured
         rival and leave a person's alone."""
-        event = self.validated(by.envelope("MemoryRemembered", tenant, memory))
+        framed = self.validated(by.envelope("MemoryRemembered", tenant, memory))
+        event = framed.event
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
         graph = await self.current(tenant)
         if graph is None or p.replaces is not None or p.on_conflict == v.OnConflict.KEEP_BOTH:
-            return await self.append(event, wait=wait, teams=by.teams)
+            return await self.append(framed, wait=wait, teams=by.teams)
         if graph.applied_digest(event.event_id) is not None:  # a retry: answered by what it did then
-            return await self.append(self._as_applied(event, graph), wait=wait, teams=by.teams)
+            return await self.append(self._as_applied(framed, graph), wait=wait, teams=by.teams)
         authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
         found = rivals(self.stores.knowledge, graph, event)
         if not found:
-            return await self.append(event, wait=wait, teams=by.teams)
+            return await self.append(framed, wait=wait, teams=by.teams)
         if event.source == v.Source.EXTRACTION:
             auto = [r for r in found if r.source == v.Source.EXTRACTION]
             chosen = replace(p, replaces=auto[0].id) if len(auto) == 1 else p
@@ -208,7 +123,7 @@ class Commands:
     ) -> Accepted:
         return await self.append(self._restatement(event, memory_id), wait=wait, teams=teams)
 
-    def _restatement(self, event: Event, memory_id: str) -> Event:
+    def _restatement(self, event: Event, memory_id: str) -> Framed:
         """The remember ``event`` as a revision of ``memory_id`` (same event id: one request)."""
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
@@ -224,19 +139,20 @@ class Commands:
         by = Attribution(event.source, event.actor, event.event_id, when, event.purpose, event.correlation_id)
         return self.validated(by.envelope("MemoryRevised", event.tenant, revision))
 
-    def _as_applied(self, event: Event, graph: TenantGraph) -> Event:
+    def _as_applied(self, framed: Framed, graph: TenantGraph) -> Framed | Event:
         """A retried remember as it was applied: as sent, with the ``replaces`` the conflict check
         gave it, or as the revision it became."""
+        event = framed.event
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
-        candidates = [event]
+        candidates: list[Framed | Event] = [framed]
         for q in graph.store.quads_for_pattern(None, e("supersededBy"), memory_iri(p.memory_id), ASSERTED):
             candidates.append(replace(event, payload=replace(p, replaces=q.subject.value.rsplit(":", 1)[-1])))
         for q in graph.store.quads_for_pattern(None, e("changedBy"), Literal(event.event_id), ASSERTED):
             if q.subject != memory_iri(p.memory_id):
                 candidates.append(self._restatement(event, q.subject.value.rsplit(":", 1)[-1]))
         stored = graph.applied_digest(event.event_id)
-        return next((c for c in candidates if content_digest(c) == stored), event)
+        return next((c for c in candidates if content_digest(_event(c)) == stored), framed)
 
     async def revise(
         self,
@@ -264,7 +180,8 @@ class Commands:
     async def restore(self, tenant: str, memory_id: str, by: Attribution, *, wait: bool = False) -> Accepted:
         """A superseded memory active again; refused (409) while an active memory would then
         contradict it (supersede or forget that one first)."""
-        event = self.validated(by.envelope("MemoryRestored", tenant, {"memory_id": memory_id}))
+        framed = self.validated(by.envelope("MemoryRestored", tenant, {"memory_id": memory_id}))
+        event = framed.event
         graph = await self.current(tenant)
         if graph is not None and graph.objects(memory_iri(memory_id), e("supersededBy")):
             authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
@@ -272,7 +189,7 @@ class Commands:
             if found:
                 named = ", ".join(f"{r.id} ({r.label!r})" for r in found)
                 raise Conflicting(f"restoring {memory_id} would contradict the active {named}")
-        return await self.append(event, wait=wait, teams=by.teams)
+        return await self.append(framed, wait=wait, teams=by.teams)
 
     async def forget(
         self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False
@@ -355,12 +272,16 @@ class Commands:
     async def submit(
         self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
     ) -> Accepted:
-        event = self.validated(by.envelope(event_type, tenant, payload))
-        return await self.append(event, wait=wait, teams=by.teams)
+        framed = self.validated(by.envelope(event_type, tenant, payload))
+        return await self.append(framed, wait=wait, teams=by.teams)
 
-    async def append(self, event: Event, *, wait: bool, teams: frozenset[str] | None = None) -> Accepted:
-        """Pre-check, append and answer one validated event (``teams``: the token's, if any)."""
-        tenant = event.tenant
+    async def append(
+        self, item: Framed | Event, *, wait: bool, teams: frozenset[str] | None = None
+    ) -> Accepted:
+        """Pre-check, append and answer one validated write (``teams``: the token's, if any). An
+        event a command changed after it was framed (a ``replaces`` it chose) is framed again."""
+        framed = item if isinstance(item, Framed) else self._framed(item)
+        event, tenant = framed.event, framed.event.tenant
         try:
             await self.decide(event, teams)
         except AlreadyApplied:
@@ -370,7 +291,7 @@ class Commands:
         except PLAN_ERRORS as exc:
             raise refused(exc) from exc
         try:
-            pos = await self.producer.send(event)
+            pos = await self.producer.send(framed)
         except InvalidEvent as exc:  # checked above; kept so a refusal can never become a 5xx
             raise Invalid(str(exc)) from exc
         except KafkaError as exc:
@@ -390,29 +311,31 @@ class Commands:
         (``remember`` and ``restore`` wait in ``current`` first, to see conflicts)."""
         graph = self.stores.get(event.tenant)
         try:
-            precheck(self.stores, event, graph, teams)
+            self.pipeline.precheck(event, graph, teams)
         except (AlreadyApplied, Conflict):
             raise
         except PLAN_ERRORS:
             if not self.in_flight(event.tenant):
                 raise
-            precheck(self.stores, event, await self.current(event.tenant), teams)
+            self.pipeline.precheck(event, await self.current(event.tenant), teams)
 
     def in_flight(self, tenant: str) -> bool:
         pos = self.recent.get(tenant)
         return pos is not None and self.progress.last_offset.get(pos[0], -1) < pos[1]
 
-    def validated(self, envelope: dict[str, Any]) -> Event:
-        """The event as the projector will see it: checked, embedded, decoded from its own bytes
-        (so Avro defaults are filled in and a float is what a float32 holds)."""
-        good, bad = prepare([(0, envelope)], self.embedder, self.stores.knowledge, self.stores.keys)
-        if bad:
-            exc = bad[0][1]
-            raise (TooLarge if isinstance(exc, EventTooLarge) else Invalid)(str(exc)) from exc
+    def validated(self, envelope: dict[str, Any]) -> Framed:
+        """The write checked, embedded, sealed and encoded once, with the event the projector will
+        read back from its bytes (``streams.pipeline``)."""
         try:
-            return open_event(codec.decode(encode_checked(good[0][1])), self.stores.keys)
-        except (InvalidEvent, codec.UndecodableEvent) as exc:
-            raise Invalid(str(exc)) from exc
+            return self.pipeline.write(envelope)
+        except InvalidEvent as exc:
+            raise _invalid(exc) from exc
+
+    def _framed(self, event: Event) -> Framed:
+        try:
+            return self.pipeline.frame(event)
+        except InvalidEvent as exc:
+            raise _invalid(exc) from exc
 
     async def _wait(self, event: Event, pos: Position) -> None:
         timeout = self.wait_timeout_s
@@ -423,23 +346,6 @@ class Commands:
             raise Conflicting(f"rejected by the projection: {handled.outcome.reason}")
         if reindexes(event) and await self.indexed.wait_for(pos.partition, pos.offset, timeout) is None:
             raise NotInTime(f"applied at {pos.partition}:{pos.offset} but not searchable within {timeout}s")
-
-
-def precheck(
-    stores: TenantStores, event: Event, graph: TenantGraph | None, teams: frozenset[str] | None = None
-) -> None:
-    """What the projection would decide for ``event`` now, before it is appended to the log.
-
-    Raises :class:`AlreadyApplied` for a retry of an applied event, :class:`Conflict` for a taken
-    memory id or a reused event id, and another of ``PLAN_ERRORS`` for an event it would reject.
-    With a token's ``teams``, the governance check is made with them first.
-    """
-    if teams is not None:
-        governance.check(event, _state(graph), teams)
-    if graph is None:
-        checked_plan(stores.knowledge, event, Position(0, 0), no_facts())
-    else:
-        graph.prepare(event, Position(0, 0))
 
 
 def _state(graph: TenantGraph | None) -> GraphState:
@@ -455,15 +361,12 @@ def authorise(event: Event, graph: TenantGraph | None, teams: frozenset[str] | N
         raise refused(exc) from exc
 
 
-def refused(exc: BaseException) -> Refused:
-    """The answer to what the pre-check refused."""
-    if isinstance(exc, Unseen):  # worded as for a memory that does not exist: it may be one
-        return NotFound(str(exc), ("path",) if exc.field == "memory_id" else ("body", exc.field))
-    if isinstance(exc, Forbidden):
-        return NotAllowed(str(exc))
-    if isinstance(exc, Conflict):
-        return Conflicting(str(exc))
-    return Invalid(rejection_reason(exc))
+def _invalid(exc: InvalidEvent) -> Refused:
+    return (TooLarge if isinstance(exc, EventTooLarge) else Invalid)(str(exc))
+
+
+def _event(item: Framed | Event) -> Event:
+    return item.event if isinstance(item, Framed) else item
 
 
 def _memory_id(event: Event) -> str | None:

@@ -12,17 +12,11 @@ import json
 from typing import Any
 
 from engram.settings import Settings
+from schemas.payloads import PAYLOADS, MemoryEvent
 from streams.event_log import MAX_LIMIT, read_events
 
-MEMORY_TYPES = (
-    "MemoryRemembered",
-    "MemoryRevised",
-    "MemorySuperseded",
-    "MemoryRestored",
-    "MemoryForgotten",
-    "LegalHoldPlaced",
-    "LegalHoldReleased",
-)
+# every event about a memory (its payload carries a memory_id), derived from the one registry
+MEMORY_TYPES = tuple(name for name, cls in PAYLOADS.items() if issubclass(cls, MemoryEvent))
 
 
 async def memory_history(settings: Settings, tenant: str, memory_id: str) -> dict[str, Any] | None:

@@ -24,9 +24,9 @@ log = logging.getLogger("engram.cli")
 def _produce(settings: Settings, args: argparse.Namespace) -> int:
     from projections.knowledge import load_knowledge
     from streams.embedder import load_embedder
-    from streams.ingest import produce_lines
     from streams.keystore import KeyStore
-    from streams.producer import EventProducer
+    from streams.pipeline import Pipeline
+    from streams.producer import EventProducer, produce_lines
 
     async def main() -> int:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
@@ -36,9 +36,8 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
         knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         lines = [line.removesuffix("\r") for line in text.split("\n")]
         async with EventProducer(settings) as producer:
-            report = await produce_lines(
-                producer, lines, embedder, knowledge, KeyStore(settings.key_store_dir)
-            )
+            pipeline = Pipeline(knowledge, KeyStore(settings.key_store_dir), embedder)
+            report = await produce_lines(producer, lines, pipeline)
         for line, reason in report.failed:
             print(f"{args.file}:{line}: {reason}", file=sys.stderr)
         print(f"produced {report.produced} events; {len(report.failed)} lines failed")

@@ -33,7 +33,7 @@ from streams.keystore import KeyStore
 from streams.lag import LagMonitor
 from streams.objects import open_objects
 from streams.producer import EventProducer
-from streams.projector import create_app
+from streams.projector_app import create_app
 from streams.snapshots import Snapshots
 from streams.topics import ensure_topics
 

@@ -21,11 +21,17 @@ the change, and only then (``validation.checked_plan``) whether the change appli
   memories.
 * Forgetting, and placing or releasing a legal hold: operators and auditors. A user's teams and
   role: operators.
+
+The decisions are a registry keyed by payload class (``@governs``, as ``plan.py``'s ``@planner``):
+an event type with no decision fails this module's import, so a new event type is refused to
+everyone until someone decides who may emit it, never allowed by a default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Iterable, Mapping, Set
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pyoxigraph import NamedNode
 
@@ -37,7 +43,6 @@ from schemas.checks import InvalidEvent
 from schemas.events import Actor, Event
 
 Role = v.Role
-LIVE_DATA = (ev.KpiObserved, ev.SpendObserved, ev.ClockTicked)
 
 
 class Forbidden(InvalidEvent):
@@ -101,37 +106,125 @@ def sees(actor: Actor, state: GraphState, memory_id: str, teams: Set[str] | None
 
 def role_refusal(event: Event) -> str | None:
     """What the actor's role alone refuses, whatever memory the event names."""
-    actor, p = event.actor, event.payload
+    actor = event.actor
     if actor.role not in v.values(Role):
         return f"actor role {actor.role!r} is not one of {', '.join(Role)}"
-    if isinstance(p, LIVE_DATA):
-        if actor.role in (Role.PIPELINE, Role.OPERATOR):
-            return None
-        return f"{event.type} comes from a pipeline or an operator, not a {actor.role}"
+    d = decision(event.payload)
+    if actor.role in d.roles:
+        return None
     if actor.role == Role.PIPELINE:
-        return "a pipeline may only emit KpiObserved, SpendObserved and ClockTicked"
-    if isinstance(p, ev.MemoryForgotten | ev.LegalHoldPlaced | ev.LegalHoldReleased):
-        ok = actor.role in (Role.OPERATOR, Role.AUDITOR)
-        return None if ok else f"{event.type} is an operator's or an auditor's action"
-    if actor.role == Role.AUDITOR:
+        return f"a pipeline may only emit {_listed(_emitted_by(Role.PIPELINE))}"
+    if actor.role == Role.AUDITOR and Role.PIPELINE not in d.roles:  # live data says it in its own words
         return "an auditor reads and forgets; it does not write memories"
-    if isinstance(p, ev.StakeholderChanged):
-        return None if actor.role == Role.OPERATOR else "a user's teams and role are set by an operator"
-    return None
+    return d.refused.format(type=event.type, role=actor.role)
 
 
 def refusal(event: Event, state: GraphState) -> str | None:
     """Whether the actor may make the change, once it may see every memory the event names."""
-    actor, p = event.actor, event.payload
-    if isinstance(p, ev.MemoryRemembered):
-        reason = _may_write(actor, p.scope, p.stakeholders.user_id)
-        if reason is None and p.replaces:
-            reason = _may_change(actor, state, p.replaces, "replace")
-        return reason
-    if isinstance(p, ev.MemoryRevised | ev.MemorySuperseded | ev.MemoryRestored):
-        verb = {ev.MemoryRevised: "revise", ev.MemorySuperseded: "supersede", ev.MemoryRestored: "restore"}
-        return _may_change(actor, state, p.memory_id, verb[type(p)])
+    return decision(event.payload).change(event.actor, state, event.payload)
+
+
+# -- the decisions: one per payload class, or importing this module fails ---------------------
+
+
+Change = Callable[[Actor, GraphState, Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Who may emit an event type (``roles``; ``refused`` says why anyone else may not, with
+    ``{type}`` and ``{role}``), then what the change itself needs (``change``: a reason or None)."""
+
+    roles: frozenset[Role]
+    refused: str
+    change: Change
+
+
+DECISIONS: dict[type[ev.Payload], Decision] = {}
+P = TypeVar("P", bound=ev.Payload)
+WRITERS = (Role.USER, Role.AGENT, Role.OPERATOR)  # a memory's own checks say which of them
+
+
+def governs(
+    *payload_types: type[P], roles: Iterable[Role], refused: str
+) -> Callable[[Callable[[Actor, GraphState, P], str | None]], Callable[[Actor, GraphState, P], str | None]]:
+    """Register the decision for ``payload_types``: the roles that may emit them, and the decorated
+    function, which says what else the change needs (None: nothing)."""
+
+    def register(
+        fn: Callable[[Actor, GraphState, P], str | None],
+    ) -> Callable[[Actor, GraphState, P], str | None]:
+        for t in payload_types:
+            if t in DECISIONS:
+                raise ImportError(f"two governance decisions for {t.__name__}")
+            DECISIONS[t] = Decision(frozenset(roles), refused, fn)
+        return fn
+
+    return register
+
+
+def decision(p: ev.Payload) -> Decision:
+    return DECISIONS[type(p)]
+
+
+@governs(
+    ev.KpiObserved,
+    ev.SpendObserved,
+    ev.ClockTicked,
+    roles=(Role.PIPELINE, Role.OPERATOR),
+    refused="{type} comes from a pipeline or an operator, not a {role}",
+)
+def _live_data(actor: Actor, state: GraphState, p: ev.Payload) -> str | None:
     return None
+
+
+@governs(
+    ev.MemoryForgotten,
+    ev.LegalHoldPlaced,
+    ev.LegalHoldReleased,
+    roles=(Role.OPERATOR, Role.AUDITOR),
+    refused="{type} is an operator's or an auditor's action",
+)
+def _erasure(actor: Actor, state: GraphState, p: ev.MemoryEvent) -> str | None:
+    return None
+
+
+@governs(
+    ev.StakeholderChanged, roles=(Role.OPERATOR,), refused="a user's teams and role are set by an operator"
+)
+def _stakeholder(actor: Actor, state: GraphState, p: ev.StakeholderChanged) -> str | None:
+    return None
+
+
+@governs(ev.MemoryRemembered, roles=WRITERS, refused="a {role} does not write memories")
+def _remembered(actor: Actor, state: GraphState, p: ev.MemoryRemembered) -> str | None:
+    reason = _may_write(actor, p.scope, p.stakeholders.user_id)
+    if reason is None and p.replaces:
+        reason = _may_change(actor, state, p.replaces, "replace")
+    return reason
+
+
+@governs(ev.MemoryRevised, roles=WRITERS, refused="a {role} does not revise memories")
+def _revised(actor: Actor, state: GraphState, p: ev.MemoryRevised) -> str | None:
+    return _may_change(actor, state, p.memory_id, "revise")
+
+
+@governs(ev.MemorySuperseded, roles=WRITERS, refused="a {role} does not supersede memories")
+def _superseded(actor: Actor, state: GraphState, p: ev.MemorySuperseded) -> str | None:
+    return _may_change(actor, state, p.memory_id, "supersede")
+
+
+@governs(ev.MemoryRestored, roles=WRITERS, refused="a {role} does not restore memories")
+def _restored(actor: Actor, state: GraphState, p: ev.MemoryRestored) -> str | None:
+    return _may_change(actor, state, p.memory_id, "restore")
+
+
+def _emitted_by(role: Role) -> list[str]:
+    return [name for name, cls in ev.PAYLOADS.items() if role in DECISIONS[cls].roles]
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _may_write(actor: Actor, scope: str, user: str | None) -> str | None:
@@ -160,3 +253,14 @@ def _may_change(actor: Actor, state: GraphState, memory_id: str, verb: str) -> s
 def _one(state: GraphState, subject: NamedNode, name: str) -> str | None:
     found = state.objects(subject, e(name))
     return found[0].value if found else None
+
+
+def undecided(decisions: Mapping[type[ev.Payload], Decision]) -> list[str]:
+    """The event types with no decision: fail closed, at import, not open on the first such event."""
+    return [name for name, cls in ev.PAYLOADS.items() if cls not in decisions]
+
+
+if _undecided := undecided(DECISIONS):
+    raise ImportError(
+        f"no governance decision (@governs) for {', '.join(_undecided)} in projections/governance.py"
+    )

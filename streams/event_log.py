@@ -28,12 +28,14 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from engram.settings import Settings
+from projections.seams import Keys
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent, parse_time, show
 from schemas.events import Event, validate
 from schemas.payloads import EVENT_TYPES, PAYLOADS, thaw
 from streams import codec, fetch_guard
-from streams.keystore import Keys, KeyStore, ReadOnlyKeys, open_event
+from streams.keystore import KeyStore, ReadOnlyKeys
+from streams.pipeline import open_event
 from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)

@@ -16,18 +16,12 @@ import contextlib
 import hashlib
 import os
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from projections.seams import Keys
-from schemas import sealing
 from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
-from schemas.events import Event
-from schemas.payloads import MemoryEvent
 
 ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
 
@@ -169,33 +163,3 @@ class ReadOnlyKeys:
 
     def destroy(self, tenant: str, key_id: str) -> bool:
         return False
-
-
-def seal_event(event: Event, keys: Keys) -> Event:
-    """``event`` with a memory payload's personal parts sealed under the memory's key (made on
-    first use). Raises InvalidEvent for a memory whose key was destroyed (it was forgotten)."""
-    p = event.payload
-    if not sealing.sealable(p) or getattr(p, "sealed", None) is not None:
-        return event
-    assert isinstance(p, MemoryEvent)
-    try:
-        key = keys.data_key(event.tenant, sealing.key_id(p.memory_id), create=True)
-    except KeyErased as exc:
-        raise InvalidEvent(f"memory {p.memory_id} was forgotten; nothing more is written about it") from exc
-    assert key is not None
-    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
-    return replace(event, payload=sealing.seal(p, key, aad))
-
-
-def open_event(event: Event, keys: Keys | None) -> Event:
-    """``event`` with its personal parts readable, or erased when the key is gone (or no key store)."""
-    p = event.payload
-    sealed = getattr(p, "sealed", None)
-    if sealed is None:
-        return event
-    assert isinstance(p, MemoryEvent)
-    if sealed.key_id != sealing.key_id(p.memory_id):
-        raise InvalidEvent(f"sealed with key {sealed.key_id!r:.100}, not the key of memory {p.memory_id}")
-    key = keys.data_key(event.tenant, sealed.key_id) if keys is not None else None
-    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
-    return replace(event, payload=sealing.unseal(p, key, aad))

@@ -1,37 +1,31 @@
-"""The one way events enter the log: idempotent, ``acks=all``, keyed by tenant."""
+"""The one way events enter the log: idempotent, ``acks=all``, keyed by tenant, bytes framed by
+``streams.pipeline``; and ``engram produce``'s loop over a file, where a bad line never stops the
+good ones."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
 
 from engram.settings import Settings
-from schemas.checks import InvalidEvent
 from schemas.events import Event, Position
-from streams import codec
+from streams.pipeline import Framed, Pipeline, parse_lines
 
-# aiokafka's max_request_size and the broker's message.max.bytes are both about 1 MiB; an event
-# must leave room for the key, the headers and the batch framing around it.
+log = logging.getLogger(__name__)
+
+# aiokafka's max_request_size and the broker's message.max.bytes are both about 1 MiB
+# (``pipeline.MAX_EVENT_BYTES`` leaves room for the key, the headers and the batch framing)
 MAX_REQUEST_BYTES = 1_048_576
-MAX_EVENT_BYTES = 1_000_000
-
-
-class EventTooLarge(InvalidEvent):
-    """An event whose encoding the log would refuse: the writer's fault, not the log's."""
-
-
-def encode_checked(event: Event) -> bytes:
-    """The event's Avro encoding; raises InvalidEvent (EventTooLarge) if the log would refuse it."""
-    data = codec.encode(event)
-    if len(data) > MAX_EVENT_BYTES:
-        raise EventTooLarge(f"the event is {len(data):,} bytes encoded; the limit is {MAX_EVENT_BYTES:,}")
-    return data
+_UNSEALED = Pipeline()  # frames an event handed over as it is (tests, benches): no keys, no checks
 
 
 class EventProducer:
-    """Encodes and appends events; the returned position is where the log recorded each one."""
+    """Appends framed events; the returned position is where the log recorded each one. An
+    ``Event`` is framed as it is (unsealed): writers that seal hand over a ``Framed``."""
 
     def __init__(self, settings: Settings) -> None:
         self.topic = settings.events_topic
@@ -56,20 +50,45 @@ class EventProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def _enqueue(self, event: Event) -> asyncio.Future:
+    async def _enqueue(self, item: Framed | Event) -> asyncio.Future:
+        framed = item if isinstance(item, Framed) else _UNSEALED.frame(item)
         return await self._producer.send(
-            self.topic,
-            key=event.tenant.encode(),
-            value=encode_checked(event),
-            headers=codec.headers(event),
+            self.topic, key=framed.key, value=framed.value, headers=framed.headers()
         )
 
-    async def send(self, event: Event) -> Position:
-        meta = await (await self._enqueue(event))
+    async def send(self, item: Framed | Event) -> Position:
+        meta = await (await self._enqueue(item))
         return Position(meta.partition, meta.offset, meta.timestamp)
 
-    async def send_many(self, events: Iterable[Event]) -> list[Position]:
+    async def send_many(self, items: Iterable[Framed | Event]) -> list[Position]:
         """Pipeline many events (ordering per tenant is kept by the idempotent producer)."""
-        futures = [await self._enqueue(ev) for ev in events]
+        futures = [await self._enqueue(item) for item in items]
         metas = await asyncio.gather(*futures)
         return [Position(m.partition, m.offset, m.timestamp) for m in metas]
+
+
+@dataclass
+class IngestReport:
+    produced: int = 0
+    failed: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+async def produce_lines(
+    producer: EventProducer, lines: Iterable[str], pipeline: Pipeline | None = None
+) -> IngestReport:
+    """Append every line that passes the pipeline's checks, the projector's offline pre-check
+    included (with ``pipeline``'s knowledge), and report the others by line number."""
+    pipeline = pipeline or Pipeline()
+    good, bad = parse_lines(lines, pipeline, offline_check=True)
+    report = IngestReport(failed=bad)
+    chunk = 1000
+    for start in range(0, len(good), chunk):
+        part = good[start : start + chunk]
+        await producer.send_many(f for _, f in part)
+        report.produced += len(part)
+        log.info("produced %d/%d events", report.produced, len(good))
+    return report

@@ -1,4 +1,5 @@
-"""The Faust app and its agent ``project_tenant_events``: the log, projected into tenants' stores.
+"""The log, projected into tenants' stores: what the Faust agent (``streams.projector_app``) and
+replay both run on a batch of records.
 
 ``project`` is the whole of what happens to a batch of records (each tenant's run planned in log
 order and committed once), shared by the live agent and by replay through
@@ -16,14 +17,8 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import faust
-from aiokafka.errors import MessageSizeTooLargeError
-
-from engram.settings import Settings
 from projections.batch import Overlay, Step, plan_batch
-from projections.progress import Progress
 from projections.stores import StoreLocked, TenantStores
 from projections.tenant_graph import Outcome, Planned, Status, TenantGraph
 from projections.validation import PLAN_ERRORS, rejection_reason
@@ -31,13 +26,12 @@ from schemas import payloads as ev
 from schemas import sealing
 from schemas import vocabulary as v
 from schemas.checks import InvalidEvent
-from schemas.events import Event, Position, validate
+from schemas.events import Event, Position
 from streams import codec, fetch_guard
-from streams.indexer import Indexer
-from streams.keystore import KeyStore, open_event
+from streams.keystore import KeyStore
+from streams.pipeline import read_record
 from streams.snapshots import Snapshots
-from streams.take import take_available
-from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count, partition_for
+from streams.topics import partition_for
 
 log = logging.getLogger(__name__)
 
@@ -61,26 +55,6 @@ class Result:
     tenant: str | None
     outcome: Outcome
     memory_ids: tuple[str, ...] = ()  # memories whose searchable text or vector the event changed
-
-
-# a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
-# BATCH_WITHIN_S after its first record (a backlog is taken in batches of up to the maximum)
-BATCH_IDLE_S = 0.001
-BATCH_WITHIN_S = 0.5
-
-
-def as_record(message: object) -> Record:
-    """A Faust message as the projector's ``Record``."""
-    msg: Any = message
-    headers = msg.headers or []
-    if isinstance(headers, dict):
-        headers = headers.items()
-    return Record(
-        msg.key,
-        msg.value,
-        list(headers),
-        Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000)),
-    )
 
 
 def reindexes(event: Event) -> str | None:
@@ -126,10 +100,9 @@ def _screen(record: Record, stores: TenantStores, partitions: int) -> _Screened:
             f"{partition_for(tenant, partitions)}, the one its key hashes to (its replay reads only that)",
         )
     try:
-        event = open_event(codec.decode(record.value or b""), stores.keys)
+        event = read_record(record.value or b"", stores.keys)
         if event.tenant != tenant:
             raise InvalidEvent(f"event tenant {event.tenant!r:.100} differs from record key {tenant!r}")
-        validate(event)
     except (codec.UndecodableEvent, *PLAN_ERRORS) as exc:
         return _Screened(tenant, Step(record.position, refusal=rejection_reason(exc)))
     return _Screened(tenant, Step(record.position, event))
@@ -378,94 +351,3 @@ async def handle_batch_with_retries(
         if results[i] is None:
             results[i] = await handle_with_retries(record, stores, sink, partitions=partitions)
     return [r for r in results if r is not None]
-
-
-DROPPED_HEADER = "dead-letter-dropped"
-
-
-def too_large(exc: BaseException | None) -> bool:
-    """Whether the broker or the client refused a record for its size, anywhere in the chain."""
-    while exc is not None:
-        if isinstance(exc, MessageSizeTooLargeError):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def create_app(settings: Settings, stores: TenantStores, progress: Progress, indexer: Indexer) -> faust.App:
-    """The projector: one agent over the events topic, dead letters as a topic of their own.
-
-    Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
-    indexer, which reports it again once its memories are also searchable.
-    """
-    fetch_guard.install()
-    app = faust.App(
-        settings.projector_group(),
-        broker=f"kafka://{settings.kafka_bootstrap}",
-        web_enabled=False,
-        datadir=str(settings.data_dir / "faust"),
-        store="memory://",
-        key_serializer="raw",
-        value_serializer="raw",
-        consumer_auto_offset_reset="earliest",
-        producer_acks=-1,
-        producer_max_request_size=DEAD_LETTER_MAX_BYTES,
-        topic_replication_factor=1,
-        topic_partitions=settings.events_partitions,
-        broker_commit_every=200,
-        broker_commit_interval=1.0,
-        # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
-    )
-    events = app.topic(settings.events_topic, internal=False)
-    dead_letters = app.topic(settings.dead_letters_topic, internal=False)
-
-    async def send_dead_letter(
-        key: bytes | None, value: bytes | None, headers: Headers, reason: str, *, origin: Position
-    ) -> None:
-        extra = [
-            (codec.HEADER_REASON, reason[:2000].encode("utf-8", "backslashreplace")),
-            ("original-topic", settings.events_topic.encode()),
-            ("original-partition", str(origin.partition).encode()),
-            ("original-offset", str(origin.offset).encode()),
-        ]
-        kept = [(k, val) for k, val in headers if isinstance(k, str) and isinstance(val, bytes)]
-        try:
-            fut = await dead_letters.send(key=key, value=value, headers=[*kept, *extra])
-            await fut  # durable before the position moves past the record
-        except Exception as exc:
-            if not too_large(exc):
-                raise
-            # a record at the broker's size limit plus our headers can exceed it (older topics
-            # lack the larger dead-letter limit): keep the reason and where the bytes still are
-            size = len(value or b"") + sum(len(val) for _, val in kept)
-            dropped = (DROPPED_HEADER, f"{size} bytes of value and headers; read them at the origin".encode())
-            fut = await dead_letters.send(
-                key=key[:1024] if key else key, value=None, headers=[*extra, dropped]
-            )
-            await fut
-        log.warning("dead-lettered %r@%d:%d: %s", key, origin.partition, origin.offset, reason[:500])
-
-    @app.agent(events, name="project_tenant_events")
-    async def project_tenant_events(stream: faust.StreamT) -> None:
-        partitions = await partition_count(settings, settings.events_topic)
-        # what is available, up to a batch: a lone write waits BATCH_IDLE_S for company
-
-        async def sink(record: Record, reason: str) -> None:
-            await send_dead_letter(record.key, record.value, record.headers, reason, origin=record.position)
-
-        batches = take_available(
-            stream, settings.projector_batch_max, idle_s=BATCH_IDLE_S, within_s=BATCH_WITHIN_S
-        )
-        async for items in batches:
-            records = [as_record(item.message) for item in items]
-            progress.batch(len(records))
-            results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
-            for record, result in zip(records, results, strict=True):
-                progress.record(
-                    result.tenant, record.position.partition, record.position.offset, result.outcome
-                )
-                indexer.submit(result.tenant, record.position, result.outcome, result.memory_ids)
-
-    return app

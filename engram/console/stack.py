@@ -96,9 +96,9 @@ async def seed_demo(settings: Settings) -> None:
     from api.auth import mint
     from projections.knowledge import load_knowledge
     from streams.embedder import load_embedder
-    from streams.ingest import produce_lines
     from streams.keystore import KeyStore
-    from streams.producer import EventProducer
+    from streams.pipeline import Pipeline
+    from streams.producer import EventProducer, produce_lines
 
     if (settings.tenants_dir / "acme").exists():
         log.info("demo tenant acme already present; not seeding again")
@@ -106,8 +106,8 @@ async def seed_demo(settings: Settings) -> None:
         lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
         knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         async with EventProducer(settings) as producer:
-            keys = KeyStore(settings.key_store_dir)
-            report = await produce_lines(producer, lines, load_embedder(settings.embedder), knowledge, keys)
+            pipeline = Pipeline(knowledge, KeyStore(settings.key_store_dir), load_embedder(settings.embedder))
+            report = await produce_lines(producer, lines, pipeline)
         log.info("seeded demo tenant acme with %d events", report.produced)
     base = f"http://{settings.api_host}:{settings.api_port}"
     token = mint(settings, "acme", role="operator", user="dana", ttl_s=86400)

@@ -24,8 +24,7 @@ from api.deps import IDEMPOTENCY_NAMESPACE
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from schemas.checks import InvalidEvent, parse_time
-from streams.ingest import produce_lines
-from streams.producer import EventProducer
+from streams.producer import EventProducer, produce_lines
 from streams.topics import ensure_topics
 from tests.corpus import http_bodies, times
 from tests.factories import envelope, remembered

@@ -20,7 +20,7 @@ from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from schemas.events import event_from_json
 from streams.embedder import load_embedder
-from streams.ingest import embed_missing
+from streams.pipeline import embed_missing
 from streams.producer import EventProducer
 from streams.topics import ensure_topics
 

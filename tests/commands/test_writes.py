@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from api.runtime import Runtime
-from commands.writes import Attribution, Conflicting, Invalid, NotFound, Refused
+from commands.answers import Attribution, Conflicting, Invalid, NotFound, Refused
 from engram.process import running
 from engram.settings import Settings
 from projections.read import get_memory, memory_statuses

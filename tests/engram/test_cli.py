@@ -192,3 +192,29 @@ def test_token_refuses_what_the_server_would_refuse(
     assert main(["token", *args]) == 1
     out = capsys.readouterr()
     assert out.out == "" and "engram token: " in out.err, out
+
+
+def test_produce_refuses_a_line_the_projector_would_dead_letter(settings: Settings, tmp_path: Path) -> None:
+    """The README's example line (a pipeline writing a memory) printed "produced 1 events; 0 lines
+    failed" and was then dead-lettered by the projector's governance check; now it is FILE:LINE."""
+    line = {
+        "type": "MemoryRemembered",
+        "tenant": "acme",
+        "source": "pipeline",
+        "actor": {"id": "etl", "role": "pipeline"},
+        "payload": {
+            "label": "Meta cap",
+            "content": "Max $40k/month on Meta",
+            "kind": "objective",
+            "scope": "company",
+            "importance": 5,
+            "memory_class": "BudgetConstraintMemory",
+            "properties": {"platform": "meta", "amount": 40000.0, "currency": "USD"},
+        },
+    }
+    path = tmp_path / "pipeline.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    done = engram(settings, "produce", "--no-embed", str(path))
+    assert done.returncode == 1, done.stdout
+    assert f"{path}:1: a pipeline may only emit KpiObserved, SpendObserved and ClockTicked" in done.stderr
+    assert "produced 0 events; 1 lines failed" in done.stdout

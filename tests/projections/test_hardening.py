@@ -29,8 +29,7 @@ from schemas import vocabulary as v
 from schemas.checks import InvalidEvent
 from schemas.events import Actor, Event, Position, content_digest, event_from_json
 from streams import codec, projector
-from streams.ingest import parse_lines
-from streams.producer import MAX_EVENT_BYTES
+from streams.pipeline import MAX_EVENT_BYTES, parse_lines
 from streams.topics import partition_for
 from tests.factories import envelope, event, remembered, unchecked_event
 from tests.tenant import Tenant

@@ -22,7 +22,7 @@ from projections.tenant_graph import Status
 from projections.visibility import Principal
 from schemas.events import Position
 from streams.embedder import embedding_text, load_embedder
-from streams.ingest import embed_missing
+from streams.pipeline import embed_missing
 from tests.factories import event, remembered
 
 EMB = load_embedder("hashing")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from api.models import KpiCreate, MemoryCreate, RecallRequest
+from projections.governance import DECISIONS
 from projections.knowledge import load_knowledge
 from projections.memory_tool import memory_tool
 from projections.plan import FIELD_PREDICATES, PLANNERS, FactSet
@@ -51,11 +52,12 @@ def test_every_payload_class_has_its_records_fields_in_order_with_its_defaults(n
             assert ev.thaw(mine) == declared["default"], f"{name}.{f.name}"
 
 
-def test_the_event_types_are_the_envelopes_union_and_each_has_a_class_a_planner_and_an_example() -> None:
+def test_each_event_type_of_the_union_has_a_class_a_planner_a_decision_and_an_example() -> None:
     union = next(t["type"] for t in avro("Envelope")["fields"] if t["name"] == "payload")
     assert tuple(name.removeprefix("engram.events.") for name in union) == ev.EVENT_TYPES
     assert list(ev.PAYLOADS) == list(ev.EVENT_TYPES)
     assert set(PLANNERS) == set(ev.PAYLOADS.values())
+    assert set(DECISIONS) == set(ev.PAYLOADS.values())
     assert set(EXAMPLES) == set(ev.EVENT_TYPES)
 
 

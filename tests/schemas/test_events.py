@@ -7,7 +7,7 @@ import pytest
 from schemas.checks import InvalidEvent
 from schemas.events import event_from_json
 from schemas.payloads import mint_memory_id
-from streams.ingest import parse_lines
+from streams.pipeline import parse_lines
 from tests.factories import envelope, remembered
 
 

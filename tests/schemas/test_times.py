@@ -19,7 +19,7 @@ from api.models import ClockTick, MemoryCreate, MemoryPatch, RecallRequest
 from schemas.checks import InvalidEvent, parse_time
 from schemas.periods import parse_period
 from streams import codec
-from streams.ingest import parse_lines
+from streams.pipeline import parse_lines
 from tests.corpus import times
 from tests.factories import envelope
 

@@ -40,8 +40,9 @@ from streams.archive_read import (
     topic_root,
 )
 from streams.archiver import Archiver, archive_status
-from streams.keystore import KeyStore, seal_event
+from streams.keystore import KeyStore
 from streams.objects import LocalObjects, Objects, S3Objects
+from streams.pipeline import seal as seal_event
 from streams.replay import replay_tenant
 from streams.topics import partition_count, partition_for
 from tests.factories import event, remembered

@@ -16,9 +16,9 @@ from projections.stores import TenantStores
 from projections.tenant_graph import Status
 from schemas import sealing
 from schemas.events import Position
-from streams import codec, projector
-from streams.ingest import prepare
+from streams import projector
 from streams.keystore import KeyErased, KeyStore, ReadOnlyKeys
+from streams.pipeline import Pipeline
 from tests.factories import envelope, remembered
 
 
@@ -40,9 +40,9 @@ def test_keys_persist_are_wrapped_and_once_destroyed_are_never_made_again(tmp_pa
 
 
 def records(lines: list[dict[str, Any]], keys: KeyStore) -> list[bytes]:
-    good, bad = prepare(list(enumerate(lines)), keys=keys)
+    good, bad = Pipeline(keys=keys).write_many(list(enumerate(lines)))
     assert not bad, bad
-    return [codec.encode(e) for _, e in good]
+    return [f.value for _, f in good]
 
 
 def feed(stores: TenantStores, values: list[bytes]) -> list[Status]:

@@ -1,0 +1,270 @@
+"""The one way between a write and the log's bytes, and back: the ``eventsourcing`` mapper's job.
+
+A write (an HTTP request's fields or a JSON line) becomes a :class:`Framed`: checked as every
+writer checks it, embedded, sealed once (``schemas.sealing``, under keys from ``streams.keystore``)
+and encoded once (``streams.codec``), with the event the projector will read back from those bytes
+beside them, so the API decides on that event and appends the same bytes, and nothing is encoded,
+decoded or unsealed again on the way. Bytes become an event here too (:meth:`Pipeline.read`),
+for the projector and the log's readers. :meth:`Pipeline.precheck` is the projector's own decision
+(``projections.validation.checked_plan``, governance first) for a writer with the tenant's facts,
+and :meth:`Pipeline.precheck_offline` the part of it that needs none, for ``engram produce``.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterable, Sequence, Set
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from projections import governance
+from projections.batch import Overlay
+from projections.knowledge import Knowledge
+from projections.plan import no_facts
+from projections.seams import Keys
+from projections.tenant_graph import TenantGraph
+from projections.validation import PLAN_ERRORS, check_property_names, checked_plan, rejection_reason
+from schemas import jsontext, sealing
+from schemas import payloads as ev
+from schemas.checks import InvalidEvent
+from schemas.events import Event, Position, event_from_json, validate
+from streams import codec
+from streams.embedder import Embedder, embedding_text
+from streams.keystore import KeyErased
+
+log = logging.getLogger(__name__)
+
+# aiokafka's max_request_size and the broker's message.max.bytes are both about 1 MiB; an event
+# must leave room for the key, the headers and the batch framing around it.
+MAX_EVENT_BYTES = 1_000_000
+EMBED_BATCH = 64
+NOWHERE = Position(0, 0)  # where a pre-checked event is planned: the log has not placed it yet
+
+NumberedObjects = Sequence[tuple[int, Any]]  # (line number, a parsed JSON value)
+
+
+class EventTooLarge(InvalidEvent):
+    """An event whose encoding the log would refuse: the writer's fault, not the log's."""
+
+
+@dataclass(frozen=True)
+class Framed:
+    """An event and its bytes, made together: ``value`` is what the log will hold (sealed), ``event``
+    what the projector will read back from it (plaintext, at Avro's precision)."""
+
+    event: Event
+    value: bytes
+
+    @property
+    def key(self) -> bytes:
+        return self.event.tenant.encode()
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return codec.headers(self.event)
+
+
+class Pipeline:
+    """Check, embed, seal and encode writes; decode and open records. ``knowledge`` adds the
+    property names the loaded rules reserve; without ``keys`` nothing is sealed (and a sealed
+    record reads as erased); without an ``embedder`` a memory keeps the vector it was sent with."""
+
+    def __init__(
+        self, knowledge: Knowledge | None = None, keys: Keys | None = None, embedder: Embedder | None = None
+    ) -> None:
+        self.knowledge = knowledge
+        self.keys = keys
+        self.embedder = embedder
+
+    # -- a write into bytes ------------------------------------------------------------------
+    def write(self, obj: Any) -> Framed:
+        """One write (an event's JSON form), framed; raises InvalidEvent with every reason."""
+        good, bad = self.write_many([(0, obj)])
+        if bad:
+            raise bad[0][1]
+        return good[0][1]
+
+    def write_many(
+        self, objects: NumberedObjects
+    ) -> tuple[list[tuple[int, Framed]], list[tuple[int, InvalidEvent]]]:
+        """Frames of the good objects, and (number, reason) for every bad one. A good one passed every
+        check a writer makes (the domain rules, the reserved names, the Avro schema, the log's size
+        limit), so producing it cannot fail on its content. A new memory without a vector is embedded
+        (in batches) after its event id was derived from the object as written."""
+        built: list[tuple[int, Event]] = []
+        bad: list[tuple[int, InvalidEvent]] = []
+        for number, obj in objects:
+            try:
+                event = event_from_json(obj)
+                if self.knowledge is not None:
+                    check_property_names(self.knowledge, event)
+                built.append((number, event))
+            except InvalidEvent as exc:
+                bad.append((number, exc))
+            except RecursionError:
+                bad.append((number, InvalidEvent("the event is nested too deeply")))
+        if self.embedder is not None:
+            built = embed_missing(built, self.embedder)
+        good: list[tuple[int, Framed]] = []
+        for number, event in built:
+            try:
+                good.append((number, self.frame(event)))
+            except InvalidEvent as exc:
+                bad.append((number, exc))
+        return good, bad
+
+    def frame(self, event: Event) -> Framed:
+        """``event`` sealed (if it is not yet) and encoded, once; raises InvalidEvent (EventTooLarge)
+        for what the Avro schema or the log would refuse."""
+        if self.keys is not None:
+            event = seal(event, self.keys)
+        value = codec.encode(event)
+        if len(value) > MAX_EVENT_BYTES:
+            raise EventTooLarge(
+                f"the event is {len(value):,} bytes encoded; the limit is {MAX_EVENT_BYTES:,}"
+            )
+        return Framed(as_read(event), value)
+
+    # -- bytes into an event -----------------------------------------------------------------
+    def read(self, data: bytes) -> Event:
+        """A record's value as an event, opened and checked as the projector checks it: raises
+        ``codec.UndecodableEvent`` or InvalidEvent with the reason it is refused."""
+        return read_record(data, self.keys)
+
+    # -- the projector's decision, before the log ---------------------------------------------
+    def precheck(self, event: Event, graph: TenantGraph | None, teams: Set[str] | None = None) -> None:
+        """What the projection would decide for ``event`` now, against the tenant's ``graph`` (None:
+        a tenant with no events yet), before it is appended to the log: the projector's own
+        ``checked_plan``, governance first. Raises ``AlreadyApplied`` for a retry of an applied
+        event, ``Conflict`` for a taken memory id or a reused event id, and another of
+        ``PLAN_ERRORS`` for an event it would reject. With a token's ``teams``, the governance
+        check is made with them first."""
+        if teams is not None:
+            governance.check(event, Overlay(graph.store) if graph is not None else no_facts(), teams)
+        if graph is not None:
+            graph.prepare(event, NOWHERE)
+        else:
+            assert self.knowledge is not None, "a pre-check needs the loaded knowledge"
+            checked_plan(self.knowledge, event, NOWHERE, no_facts())
+
+    def precheck_offline(self, event: Event) -> None:
+        """The part of the projection's decision that needs no tenant facts, for a writer that holds
+        none (``engram produce``): what the actor's role refuses, and (with the loaded knowledge) for
+        an event that names no existing memory, the whole decision (scope, reserved names, derived
+        classes, shapes) against a tenant with no facts. A refusal here is one against any facts."""
+        reason = governance.role_refusal(event)
+        if reason is not None:
+            raise governance.Forbidden(reason)
+        if self.knowledge is not None and not governance.references(event.payload):
+            self.precheck(event, None)
+
+
+def read_record(data: bytes, keys: Keys | None) -> Event:
+    """``Pipeline.read`` for a reader that holds only keys (the projector, the log's readers)."""
+    event = open_event(codec.decode(data), keys)
+    validate(event)
+    return event
+
+
+def seal(event: Event, keys: Keys) -> Event:
+    """``event`` with a memory payload's personal parts sealed under the memory's key (made on
+    first use). Raises InvalidEvent for a memory whose key was destroyed (it was forgotten)."""
+    p = event.payload
+    if not isinstance(p, sealing.SealablePayload) or p.sealed is not None:
+        return event
+    try:
+        key = keys.data_key(event.tenant, sealing.key_id(p.memory_id), create=True)
+    except KeyErased as exc:
+        raise InvalidEvent(f"memory {p.memory_id} was forgotten; nothing more is written about it") from exc
+    assert key is not None
+    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
+    return replace(event, payload=sealing.seal(p, key, aad))
+
+
+def open_event(event: Event, keys: Keys | None) -> Event:
+    """``event`` with its personal parts readable, or erased when the key is gone (or no key store)."""
+    p = event.payload
+    if not isinstance(p, sealing.SealablePayload) or p.sealed is None:
+        return event
+    if p.sealed.key_id != sealing.key_id(p.memory_id):
+        raise InvalidEvent(f"sealed with key {p.sealed.key_id!r:.100}, not the key of memory {p.memory_id}")
+    key = keys.data_key(event.tenant, p.sealed.key_id) if keys is not None else None
+    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
+    return replace(event, payload=sealing.unseal(p, key, aad))
+
+
+def as_read(event: Event) -> Event:
+    """``event`` as decoding its encoding (and unsealing it with its key) gives it back: times in UTC
+    at millisecond precision, a vector's components as a float32 holds them. The rest already is:
+    the builder fills Avro's defaults and freezes what Avro would, and sealing keeps the plaintext
+    (``tests/streams/test_pipeline.py`` holds the two equal for every event type)."""
+    p = event.payload
+    if isinstance(p, ev.MemoryRemembered):
+        p = replace(
+            p,
+            expires_at=_millis(p.expires_at) if p.expires_at is not None else None,
+            embedding=tuple(_float32(x) for x in p.embedding) if p.embedding is not None else None,
+        )
+    elif isinstance(p, ev.ClockTicked):
+        p = replace(p, now=_millis(p.now))
+    return replace(event, occurred_at=_millis(event.occurred_at), payload=p)
+
+
+def _millis(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+def _float32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def embed_missing(events: list[tuple[int, Event]], embedder: Embedder) -> list[tuple[int, Event]]:
+    """Every new memory without an embedding, embedded by ``embedder`` (so replay never embeds)."""
+    todo = [
+        (i, e.payload)
+        for i, (_, e) in enumerate(events)
+        if isinstance(e.payload, ev.MemoryRemembered) and e.payload.embedding is None
+    ]
+    out = list(events)
+    for start in range(0, len(todo), EMBED_BATCH):
+        part = todo[start : start + EMBED_BATCH]
+        texts = [embedding_text(memory.label, memory.content) for _, memory in part]
+        for (i, memory), vector in zip(part, embedder.embed(texts), strict=True):
+            number, e = events[i]
+            embedded = replace(
+                memory, embedding=tuple(float(x) for x in vector), embedding_model=embedder.name
+            )
+            out[i] = (number, replace(e, payload=embedded))
+        if len(todo) > EMBED_BATCH:
+            log.info("embedded %d/%d memories", min(start + EMBED_BATCH, len(todo)), len(todo))
+    return out
+
+
+def parse_lines(
+    lines: Iterable[str], pipeline: Pipeline | None = None, *, offline_check: bool = False
+) -> tuple[list[tuple[int, Framed]], list[tuple[int, str]]]:
+    """Frames of the good lines and (line number, reason) for every bad one, in line order; blank
+    lines are skipped. With ``offline_check``, a line the projector would refuse whatever the
+    tenant's facts (``Pipeline.precheck_offline``) is a bad line too."""
+    pipeline = pipeline or Pipeline()
+    objects: list[tuple[int, Any]] = []
+    bad: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            objects.append((number, jsontext.loads(line)))
+        except jsontext.NotJson as exc:
+            bad.append((number, str(exc)))
+    framed, refused_writes = pipeline.write_many(objects)
+    good: list[tuple[int, Framed]] = []
+    refused: list[tuple[int, BaseException]] = [*refused_writes]
+    for number, f in framed:
+        try:
+            if offline_check:
+                pipeline.precheck_offline(f.event)
+            good.append((number, f))
+        except PLAN_ERRORS as exc:
+            refused.append((number, exc))
+    return good, sorted([*bad, *((number, rejection_reason(exc)) for number, exc in refused)])

@@ -1,0 +1,100 @@
+"""The Faust app and its agent ``project_tenant_events``: the events topic, taken in batches and
+handed to ``streams.projector``, dead letters (``streams.dead_letters``) as a topic of their own.
+The app, its topics and its one agent are declared here and nowhere else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+from engram.settings import Settings
+from projections.progress import Progress
+from projections.stores import TenantStores
+from schemas.events import Position
+from streams import fetch_guard
+from streams.dead_letters import send_dead_letter
+from streams.indexer import Indexer
+from streams.projector import Record, handle_batch_with_retries
+from streams.take import take_available
+from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count
+
+# a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
+# BATCH_WITHIN_S after its first record (a backlog is taken in batches of up to the maximum)
+BATCH_IDLE_S = 0.001
+BATCH_WITHIN_S = 0.5
+
+
+def as_record(message: object) -> Record:
+    """A Faust message as the projector's ``Record``."""
+    msg: Any = message
+    headers = msg.headers or []
+    if isinstance(headers, dict):
+        headers = headers.items()
+    return Record(
+        msg.key,
+        msg.value,
+        list(headers),
+        Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000)),
+    )
+
+
+def create_app(settings: Settings, stores: TenantStores, progress: Progress, indexer: Indexer) -> faust.App:
+    """The projector: one agent over the events topic, dead letters as a topic of their own.
+
+    Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
+    indexer, which reports it again once its memories are also searchable.
+    """
+    fetch_guard.install()
+    app = faust.App(
+        settings.projector_group(),
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        web_enabled=False,
+        datadir=str(settings.data_dir / "faust"),
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_max_request_size=DEAD_LETTER_MAX_BYTES,
+        topic_replication_factor=1,
+        topic_partitions=settings.events_partitions,
+        broker_commit_every=200,
+        broker_commit_interval=1.0,
+        # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
+    )
+    events = app.topic(settings.events_topic, internal=False)
+    dead_letters = app.topic(settings.dead_letters_topic, internal=False)
+
+    @app.agent(events, name="project_tenant_events")
+    async def project_tenant_events(stream: faust.StreamT) -> None:
+        partitions = await partition_count(settings, settings.events_topic)
+        # what is available, up to a batch: a lone write waits BATCH_IDLE_S for company
+
+        async def sink(record: Record, reason: str) -> None:
+            await send_dead_letter(
+                dead_letters,
+                settings.events_topic,
+                record.key,
+                record.value,
+                record.headers,
+                reason,
+                origin=record.position,
+            )
+
+        batches = take_available(
+            stream, settings.projector_batch_max, idle_s=BATCH_IDLE_S, within_s=BATCH_WITHIN_S
+        )
+        async for items in batches:
+            records = [as_record(item.message) for item in items]
+            progress.batch(len(records))
+            results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
+            for record, result in zip(records, results, strict=True):
+                progress.record(
+                    result.tenant, record.position.partition, record.position.offset, result.outcome
+                )
+                indexer.submit(result.tenant, record.position, result.outcome, result.memory_ids)
+
+    return app
