@@ -73,6 +73,8 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from api.main import create_app
     from api.server import uvicorn_config
 
+    print(settings.data_dir_notice(), file=sys.stderr, flush=True)  # where its secret and stores are
+
     async def main() -> None:
         # Header and body read timeouts, header size limit and connection cap: see api/server.py.
         server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
