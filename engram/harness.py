@@ -64,6 +64,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ENGRAM_RATE_LIMIT_PER_S": str(settings.rate_limit_per_s),
         "ENGRAM_RATE_LIMIT_BURST": str(settings.rate_limit_burst),
         "ENGRAM_RATE_LIMIT_COST_MS": str(settings.rate_limit_cost_ms),
+        # the object store: a child given this process's environment would otherwise use the
+        # environment's bucket, not the test's own (tests/conftest.py); "" is unset
+        "ENGRAM_S3_ENDPOINT": settings.s3_endpoint or "",
+        "ENGRAM_S3_BUCKET": settings.s3_bucket,
         **({"ENGRAM_AUTH_SECRET": settings.auth_secret} if settings.auth_secret else {}),
     }
 

@@ -6,14 +6,31 @@ broker, topic prefix and data directory.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import uuid
 from pathlib import Path
 
-from pydantic import Field
+import platformdirs
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
+
+
+def default_data_dir() -> Path:
+    """The platform's user data directory for engram (``~/.local/share/engram`` on Linux, honouring
+    ``XDG_DATA_HOME``): one fixed place, so ``engram token`` run from any directory signs with the
+    secret the server checks. A default relative to the working directory made a second, silent
+    ``auth-secret`` (and key store) wherever a command happened to run."""
+    return platformdirs.user_data_path("engram", appauthor=False)
+
+
+def default_cache_dir() -> Path:
+    """The platform's user cache directory (``~/.cache/engram`` on Linux, honouring
+    ``XDG_CACHE_HOME``): the fetched jars are re-downloadable, so they belong in a cache."""
+    return platformdirs.user_cache_path("engram", appauthor=False)
 
 
 class Settings(BaseSettings):
@@ -21,14 +38,17 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
 
-    data_dir: Path = Field(Path(".engram/data"), description="Per-tenant stores and broker data.")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Per-tenant stores, secret, keys and broker data; the user data directory if unset.",
+    )
     keys_dir: Path | None = Field(
         None,
         description="Key store of memories' data keys (crypto-shredding); DATA_DIR/keys if unset. "
         "Not on the log, and not in the same backups as it.",
     )
     cache_dir: Path = Field(
-        Path.home() / ".cache" / "engram", description="Kafka and s3proxy jars fetched from Maven Central."
+        default_factory=default_cache_dir, description="Kafka and s3proxy jars fetched from Maven Central."
     )
     archive_dir: Path | None = Field(
         None, description="The local object store (when no S3 endpoint is set); DATA_DIR/archive if unset."
@@ -137,6 +157,27 @@ class Settings(BaseSettings):
         "the event loop one principal can hold: 100/s x 5 ms = 50%.",
     )
 
+    @field_validator(
+        "data_dir", "keys_dir", "cache_dir", "archive_dir", "ontology_dir", "rules_dir",
+        "auth_public_key", "auth_jwks",
+    )  # fmt: skip
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        """Every path absolute (and ``~`` expanded) once, when the settings are read: a relative
+        ``ENGRAM_DATA_DIR=data`` would otherwise mean another directory to each command run
+        elsewhere, and to the broker and s3proxy, which are handed these paths and run elsewhere."""
+        return None if path is None else path.expanduser().absolute()
+
+    def data_dir_notice(self) -> str:
+        """One line saying where this process keeps its data and why there, printed when a
+        long-running command starts: the first thing to check when a token is refused."""
+        origin = (
+            "ENGRAM_DATA_DIR"
+            if "data_dir" in self.model_fields_set
+            else "the default; ENGRAM_DATA_DIR moves it"
+        )
+        return f"engram data directory: {self.data_dir} ({origin})"
+
     @property
     def allowed_host_list(self) -> list[str]:
         return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()] or ["*"]
@@ -180,6 +221,7 @@ class Settings(BaseSettings):
             self.data_dir.mkdir(parents=True, exist_ok=True)
             path.touch(mode=0o600)
             path.write_text(secrets.token_urlsafe(48))
+            log.info("made a new auth secret in %s", path)  # tokens signed with another are refused
         return path.read_text().strip()
 
     def projector_group(self) -> str:

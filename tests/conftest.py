@@ -8,16 +8,23 @@ answers, once per session, only for a test that asks for it; such tests are mark
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from engram.harness import Server, isolated_settings
-from engram.settings import Settings, load_settings
+from engram.settings import REPO, Settings, load_settings
 from streams import kafka_local, s3_local
+from streams.objects import Objects, S3Objects, open_objects
 from streams.topics import ensure_topics
 from tests.tenant import Tenant
+
+# A plain `pytest` keeps the data directory `./dev test` uses (the broker's and s3proxy's storage
+# and pid files), never the user data directory a real deployment defaults to.
+os.environ.setdefault("ENGRAM_DATA_DIR", str(REPO / ".engram" / "data"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,10 +60,34 @@ def s3() -> Iterator[Settings]:
 
 
 @pytest.fixture
-def settings(broker: Settings, tmp_path: Path) -> Settings:
+def settings(broker: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """A private slice of the broker and a data directory of the test's own; with an S3 endpoint
+    set (``ENGRAM_S3_ENDPOINT``: any S3), a bucket of its own too, named like its topics and
+    emptied and removed afterwards, so no test reads another's archive or snapshot descriptors."""
     s = isolated_settings(broker, tmp_path / "data")
+    if s.s3_endpoint:
+        s = s.model_copy(update={"s3_bucket": s.topic_prefix})
     asyncio.run(ensure_topics(s))
-    return s
+    yield s
+    if s.s3_endpoint:
+        _remove_bucket(open_objects(s))  # opened (so created) here if the test never did
+
+
+@pytest.fixture
+def s3_objects(s3: Settings) -> Iterator[S3Objects]:
+    """A bucket of the test's own on the S3 server, emptied and removed afterwards."""
+    objects = open_objects(s3.model_copy(update={"s3_bucket": f"test-{uuid.uuid4().hex[:12]}"}))
+    assert isinstance(objects, S3Objects)
+    yield objects
+    _remove_bucket(objects)
+
+
+def _remove_bucket(objects: Objects) -> None:
+    """Empty and delete a test's bucket."""
+    assert isinstance(objects, S3Objects)
+    for key in objects.list():
+        objects.delete(key)
+    objects.client.delete_bucket(Bucket=objects.bucket)
 
 
 @pytest.fixture

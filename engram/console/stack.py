@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from importlib import resources
 
 from engram.settings import Settings
@@ -70,6 +71,8 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     from api.server import uvicorn_config
     from engram.process import running
 
+    print(settings.data_dir_notice(), file=sys.stderr, flush=True)  # where its secret and stores are
+
     async def main() -> None:
         # Header and body read timeouts, header size limit and connection cap: see api/server.py.
         server = uvicorn.Server(uvicorn_config(create_app(settings, running), settings))
@@ -88,6 +91,7 @@ def worker(settings: Settings, args: argparse.Namespace) -> int:
     """The projector alone, in its own process: neither FastAPI nor the write path is imported."""
     from engram.process import work_until_signalled
 
+    print(settings.data_dir_notice(), file=sys.stderr, flush=True)
     asyncio.run(work_until_signalled(settings))
     return 0
 

@@ -20,6 +20,7 @@ from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from schemas.events import event_from_json
 from streams.embedder import load_embedder
+from streams.objects import S3Objects, open_objects
 from streams.pipeline import embed_missing
 from streams.producer import EventProducer
 from streams.topics import ensure_topics
@@ -43,11 +44,19 @@ HEADLINE_NOISE = [
 def rserver(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Settings]]:
     root = tmp_path_factory.mktemp("recall")
     settings = isolated_settings(broker, root / "data")
+    if settings.s3_endpoint:  # any S3 (ENGRAM_S3_ENDPOINT): a bucket of this module's own
+        settings = settings.model_copy(update={"s3_bucket": settings.topic_prefix})
     asyncio.run(ensure_topics(settings))
     srv = Server(settings, root / "server.log").start()
     srv.wait_ready()
     yield srv, settings
     srv.stop()
+    if settings.s3_endpoint:
+        objects = open_objects(settings)
+        assert isinstance(objects, S3Objects)
+        for key in objects.list():
+            objects.delete(key)
+        objects.client.delete_bucket(Bucket=objects.bucket)
 
 
 def tenant() -> str:
@@ -452,7 +461,7 @@ def test_as_of_answers_as_the_live_reads_did_then(rserver: tuple[Server, Setting
 
 
 def test_a_snapshot_on_demand_is_where_an_as_of_replay_starts(rserver: tuple[Server, Settings]) -> None:
-    srv, _ = rserver
+    srv, settings = rserver
     t = tenant()
     base = f"{srv.url}/v1/tenants/{t}"
     assert srv.http.post(f"{base}/snapshots").status_code == 404  # no tenant yet: nothing to copy
@@ -460,8 +469,9 @@ def test_a_snapshot_on_demand_is_where_an_as_of_replay_starts(rserver: tuple[Ser
     r = srv.http.post(f"{base}/snapshots")
     assert r.status_code == 201, r.text
     snap = r.json()
+    fmt = "tar" if settings.s3_endpoint else "dir"  # a directory of hard links locally, a tar in S3
     assert (snap["partition"], snap["offset"], snap["handled"]) == (first["partition"], first["offset"], 1)
-    assert snap["key"] == f"snapshots/{t}/{first['offset']:020d}" and snap["format"] == "dir"  # local
+    assert snap["key"] == f"snapshots/{t}/{first['offset']:020d}" and snap["format"] == fmt
     second = write(srv, t, memory_id="two", label="Two", content="The second", importance=4)
     assert srv.http.get(f"{base}/snapshots").json()["data"] == [snap]
     for at, ids in [(first, ["one"]), (second, ["two", "one"])]:

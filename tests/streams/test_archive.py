@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from streams.archive_read import (
 )
 from streams.archiver import Archiver, archive_status
 from streams.keystore import KeyStore
-from streams.objects import LocalObjects, Objects, S3Objects
+from streams.objects import LocalObjects, Objects
 from streams.pipeline import seal as seal_event
 from streams.replay import replay_tenant
 from streams.topics import partition_count, partition_for
@@ -57,19 +56,7 @@ def objects(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Objects]
     if request.param == "local":
         yield LocalObjects(tmp_path / "archive")
         return
-    s3: Settings = request.getfixturevalue("s3")
-    assert s3.s3_endpoint
-    store = S3Objects(
-        s3.s3_endpoint,
-        f"test-{uuid.uuid4().hex[:12]}",
-        access_key=s3.s3_access_key,
-        secret_key=s3.s3_secret_key,
-        region=s3.s3_region,
-    )
-    yield store
-    for key in store.list():
-        store.delete(key)
-    store.client.delete_bucket(Bucket=store.bucket)
+    yield request.getfixturevalue("s3_objects")  # a bucket of this test's own
 
 
 def fast(settings: Settings, **extra: object) -> Settings:
@@ -320,7 +307,8 @@ def test_replay_reads_the_archive_for_what_retention_deleted(broker: Settings, t
     checks retention every 5 minutes; on one, the same offsets are deleted by DeleteRecords (which
     moves the log's first offset as retention does: all a reader sees)."""
     base = isolated_settings(broker, tmp_path / "data", partitions=2)
-    s = fast(base, archive_dir=tmp_path / "archive")
+    # the local archive this test names (and then removes), whatever ENGRAM_S3_ENDPOINT says
+    s = fast(base, archive_dir=tmp_path / "archive", s3_endpoint=None)
     configs = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime", "segment.ms": "100"}
     asyncio.run(create_topic(s, 2, configs))
     by_retention = asyncio.run(retention_check_ms(s)) <= 1000
@@ -435,6 +423,7 @@ def test_an_archiver_killed_at_random_archives_every_offset_exactly_once(
     env = {
         **os.environ,
         **settings_env(settings),
+        "ENGRAM_S3_ENDPOINT": "",  # the local archive this test reads, whatever the environment says
         "ENGRAM_ARCHIVE_DIR": str(archive),
         "ENGRAM_ARCHIVE_SEGMENT_RECORDS": "13",
         "ENGRAM_ARCHIVE_SEGMENT_AGE_S": "0.1",
@@ -531,6 +520,7 @@ def test_serve_archives_the_events_topic_when_enabled(
         "ENGRAM_EMBEDDER": "hashing",
     }.items():
         monkeypatch.setenv(name, value)
+    settings = settings.model_copy(update={"s3_endpoint": None})  # the local archive this test reads
     server = Server(settings, tmp_path / "server.log").start()
     try:
         server.wait_ready()

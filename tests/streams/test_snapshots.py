@@ -83,11 +83,9 @@ def test_a_snapshot_restores_to_the_same_store(tenant: Tenant, tmp_path: Path, l
     assert snaps.list("acme") == []
 
 
-def test_a_snapshot_round_trips_through_s3(tenant: Tenant, tmp_path: Path, s3: Settings) -> None:
+def test_a_snapshot_round_trips_through_s3(tenant: Tenant, tmp_path: Path, s3_objects: S3Objects) -> None:
     tenant.apply("MemoryRemembered", remembered("a"))
-    assert s3.s3_endpoint is not None
-    objects = S3Objects(s3.s3_endpoint, "snapshots-test", access_key=s3.s3_access_key,
-                        secret_key=s3.s3_secret_key, region=s3.s3_region)  # fmt: skip
+    objects = s3_objects  # a bucket of this test's own
     snaps = Snapshots(objects)
     snap = snaps.take("acme", tenant.graph)
     snaps.restore(snaps.list("acme")[-1], tmp_path / "restored")

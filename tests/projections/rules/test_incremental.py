@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyoxigraph import NamedNode
@@ -15,7 +16,8 @@ from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_
 from projections.read import export_nquads
 from projections.rules import engine as rule_engine
 from projections.tenant_graph import Step, TenantGraph
-from schemas.events import Position
+from schemas.checks import InvalidEvent
+from schemas.events import Event, Position
 from tests.factories import event
 from tests.tenant import from_scratch
 
@@ -35,6 +37,18 @@ def knowledge_with_cap(tmp: Path, cap: int) -> object:
     core = ont / "core.ttl"
     core.write_text(core.read_text().replace(":liveContextCap 20", f":liveContextCap {cap}"))
     return load_knowledge(ont, DEFAULT_RULES_DIR)
+
+
+def built(etype: str, payload: dict) -> Event | None:
+    """The event, or None for the one event the generators make that the domain refuses: a memory
+    superseded by itself. Only that one is skipped (and checked to be refused): any other failure
+    to build an event is the factory's or the schema's bug, and fails the test instead of turning
+    every example into a skipped one."""
+    if etype == "MemorySuperseded" and payload["memory_id"] == payload["superseded_by"]:
+        with pytest.raises(InvalidEvent, match="cannot supersede itself"):
+            event(etype, payload)
+        return None
+    return event(etype, payload)
 
 
 CLASSES = st.sampled_from(
@@ -140,10 +154,8 @@ def test_incremental_equals_full_rematerialisation_after_every_step(
     with tempfile.TemporaryDirectory() as tmp:
         graph = TenantGraph(Path(tmp) / "graph", knowledge_with_cap(Path(tmp), cap=2))
         for offset, (etype, payload) in enumerate(setup + ops):
-            try:
-                ev = event(etype, payload)
-            except Exception:
-                continue  # the generator made an event the domain rules refuse (e.g. self-supersession)
+            if (ev := built(etype, payload)) is None:
+                continue
             graph.apply(ev, Position(0, offset, 1_764_547_200_000 + offset * 1000))
             assert graph.inferred() == from_scratch(graph), f"after step {offset}: {etype} {payload}"
         del graph
@@ -169,10 +181,8 @@ def test_incremental_equals_full_after_every_batch_of_random_size(
         single = TenantGraph(Path(tmp) / "single", knowledge)
         steps = []
         for offset, (etype, payload) in enumerate(setup + ops):
-            try:
-                ev = event(etype, payload)
-            except Exception:
-                continue  # the generator made an event the domain rules refuse (e.g. self-supersession)
+            if (ev := built(etype, payload)) is None:
+                continue
             steps.append(Step(Position(0, offset, 1_764_547_200_000 + offset * 1000), ev))
         cuts = iter(sizes * len(steps))
         start, outcomes = 0, []
@@ -229,10 +239,8 @@ def test_live_rank_kept_incrementally_equals_ranked_from_scratch(
         graph = TenantGraph(Path(tmp) / "graph", knowledge_with_cap(Path(tmp), cap=3))
         steps = []
         for offset, (etype, payload) in enumerate(setup + ops):
-            try:
-                ev = event(etype, payload)
-            except Exception:
-                continue  # e.g. a self-supersession, which the domain rules refuse
+            if (ev := built(etype, payload)) is None:
+                continue
             steps.append(Step(Position(0, offset, 1_764_547_200_000 + offset // (ties + 1) * 1000), ev))
         cuts = iter(sizes * len(steps))
         start = 0
