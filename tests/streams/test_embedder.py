@@ -16,8 +16,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams import embedder as emb
-from streams.embedder import MINILM_ID, Embedder, HashingEmbedder, MiniLM, load_embedder
+from streams.embedder import (
+    DEFAULT_HASHING_DIM,
+    MINILM_ID,
+    Embedder,
+    HashingEmbedder,
+    MiniLM,
+    bert,
+    blas,
+    load_embedder,
+)
+from streams.embedder import minilm as minilm_module
 
 SHORT = "The cat sat on the mat."
 RELATED = "A kitten is sitting on a rug."
@@ -104,18 +113,18 @@ def test_edge_inputs(minilm: MiniLM) -> None:
 def test_blas_runs_single_threaded_during_embed_and_is_restored(
     minilm: MiniLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    api = emb._openblas_threads()
+    api = blas.openblas_threads()
     if api is None:
         pytest.skip("numpy is not linked against OpenBLAS here")
     setter, getter = api
     seen: list[int] = []
-    real_encode = emb._encode
+    real_encode = bert.encode
 
     def spy(*args: object) -> np.ndarray:
         seen.append(getter())
         return real_encode(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(emb, "_encode", spy)
+    monkeypatch.setattr(bert, "encode", spy)
     before = getter()
     setter(2)
     try:
@@ -147,14 +156,14 @@ TRICKY += ["\u0301", "é", "中", "Hello,", "world!", "##", "1.5", "don't"]
 def test_count_tokens_by_chunks_equals_the_whole_text(text: str) -> None:
     """The chunked, cached count is exactly what the tokenizer says of the text in one piece."""
     minilm = MiniLM()
-    whole = emb._tokenizer(minilm.model_dir, None).encode(text, add_special_tokens=False).ids
+    whole = minilm_module._tokenizer(minilm.model_dir, None).encode(text, add_special_tokens=False).ids
     assert minilm.count_tokens(text) == len(whole)
 
 
 def test_gelu_is_the_erf_form() -> None:
     xs = np.linspace(-8.0, 8.0, 20001, dtype=np.float32)
     exact = np.array([0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))) for x in xs.astype(np.float64)])
-    got = emb._gelu(xs.reshape(1, -1).copy()).ravel()
+    got = bert._gelu(xs.reshape(1, -1).copy()).ravel()
     assert got.dtype == np.float32
     assert np.abs(got - exact).max() < 2e-6
     # The tanh approximation differs by ~1e-3 near |x| = 2: make sure that is not what runs.
@@ -193,7 +202,7 @@ def test_hashing_is_deterministic_and_unit() -> None:
     assert not np.array_equal(v[2], v[3])  # word-less texts still get their own vector
     assert e.count_tokens("Kafka keeps the log!") == 4
     assert e.count_tokens("") == 0
-    assert HashingEmbedder().dim == emb.DEFAULT_HASHING_DIM
+    assert HashingEmbedder().dim == DEFAULT_HASHING_DIM
 
 
 def test_hashing_is_the_same_in_every_process() -> None:

@@ -1,0 +1,70 @@
+"""Dependencies shared by the routes, as ``Annotated`` aliases; routes import them from here.
+
+One module per concern: the runtime, tenant and graph (``tenant``), who is asking (``principal``),
+the Idempotency-Key (``idempotency``), valid and system time (``time_params``), and the refusal of
+unknown query parameters (``unknown_query``).
+
+A dependency is ``async def`` even when it does not await: FastAPI runs a plain ``def`` one in a worker
+thread, a thread hop per dependency per request (measured: ~1 ms of a context's 9 ms).
+"""
+
+from __future__ import annotations
+
+from api.deps.idempotency import CANONICAL_UUID, IDEMPOTENCY_NAMESPACE, IdempotencyKey, event_id_for
+from api.deps.principal import (
+    CurrentPrincipal,
+    bearer,
+    get_principal,
+    get_verifier,
+    governs,
+    tenant_not_found,
+    token_actor,
+    unauthorized,
+    write_attribution,
+)
+from api.deps.tenant import (
+    Commands,
+    CurrentRuntime,
+    SearchStore,
+    TenantId,
+    TenantStore,
+    get_commands,
+    get_runtime,
+    get_search_graph,
+    get_tenant_graph,
+    not_found,
+)
+from api.deps.time_params import AsOfParam, ValidAt, get_as_of, get_valid_at, past_stores
+from api.deps.unknown_query import known_query_only
+
+__all__ = [
+    "CANONICAL_UUID",
+    "IDEMPOTENCY_NAMESPACE",
+    "AsOfParam",
+    "Commands",
+    "CurrentPrincipal",
+    "CurrentRuntime",
+    "IdempotencyKey",
+    "SearchStore",
+    "TenantId",
+    "TenantStore",
+    "ValidAt",
+    "bearer",
+    "event_id_for",
+    "get_as_of",
+    "get_commands",
+    "get_principal",
+    "get_runtime",
+    "get_search_graph",
+    "get_tenant_graph",
+    "get_valid_at",
+    "get_verifier",
+    "governs",
+    "known_query_only",
+    "not_found",
+    "past_stores",
+    "tenant_not_found",
+    "token_actor",
+    "unauthorized",
+    "write_attribution",
+]

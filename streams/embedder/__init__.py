@@ -1,0 +1,48 @@
+"""Text embedders: the vectors memories carry, and the model id that travels with them in events.
+
+The default is all-MiniLM-L6-v2 run as a pure-numpy BERT forward pass, so embedding needs neither
+torch nor a network (``minilm``, ``bert``, ``blas``). ``HashingEmbedder`` is a weight-free stand-in
+for tests and benches (``hashing``). This module is the registry: ``load_embedder`` turns a
+configured name into an embedder, and every name the package offers is importable from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from streams.embedder.base import Embedder
+from streams.embedder.hashing import DEFAULT_HASHING_DIM, HashingEmbedder
+from streams.embedder.minilm import MINILM_ID, MINILM_PACKAGE, MiniLM, minilm_model_dir
+
+__all__ = [
+    "DEFAULT_HASHING_DIM",
+    "MINILM_ID",
+    "MINILM_PACKAGE",
+    "Embedder",
+    "HashingEmbedder",
+    "MiniLM",
+    "embedding_text",
+    "load_embedder",
+    "minilm_model_dir",
+]
+
+_MINILM_NAMES = frozenset({"minilm", "all-minilm-l6-v2", MINILM_ID.lower()})
+_HASHING = re.compile(r"(?:engram/)?hashing(?:-(\d+))?")
+
+
+def load_embedder(name: str) -> Embedder:
+    """An embedder by configured name; the ``name`` of any embedder it returns is accepted back."""
+    key = name.strip().lower()
+    if key in _MINILM_NAMES:
+        return MiniLM()
+    if match := _HASHING.fullmatch(key):
+        return HashingEmbedder(int(match.group(1)) if match.group(1) else DEFAULT_HASHING_DIM)
+    raise ValueError(
+        f"unknown embedder {name!r}; choose one of: 'minilm' (or {MINILM_ID!r}), "
+        f"'hashing' (dim {DEFAULT_HASHING_DIM}) or 'hashing-<dim>'"
+    )
+
+
+def embedding_text(label: str, content: str) -> str:
+    """What a memory's vector is computed from, the same at every producer."""
+    return f"{label}\n{content}"
