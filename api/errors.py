@@ -12,15 +12,14 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from engram.commands.answers import Refused
+from engram.projections.stores import StoreLocked
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-
-from commands.answers import Refused
-from projections.stores import StoreLocked
 
 log = logging.getLogger(__name__)
 

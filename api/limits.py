@@ -24,12 +24,11 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Generator
 from typing import Any
 
+from engram.api.errors import body as error_body
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from api.errors import body as error_body
 
 
 class BodyTooLarge(HTTPException):

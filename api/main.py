@@ -10,16 +10,26 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from engram.api import errors
+from engram.api.auth import Verifier
+from engram.api.bodies import JsonBodies, body_only_if_taken
+from engram.api.deps import known_query_only
+from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
+from engram.api.routes import (
+    events,
+    graph,
+    health,
+    legal_holds,
+    live_data,
+    memories,
+    recall,
+    snapshots,
+    sparql,
+)
+from engram.api.runtime import Runtime
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 
-from api import errors
-from api.auth import Verifier
-from api.bodies import JsonBodies, body_only_if_taken
-from api.deps import known_query_only
-from api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
-from api.routes import events, graph, health, legal_holds, live_data, memories, recall, snapshots, sparql
-from api.runtime import Runtime
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)

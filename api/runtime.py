@@ -11,19 +11,19 @@ from dataclasses import dataclass, field
 
 import faust
 import numpy as np
+from engram.commands.writes import Commands
+from engram.projections.progress import Progress
+from engram.projections.sparql_sandbox import Sandbox
+from engram.projections.stores import TenantStores
+from engram.streams.asof import AsOfProjections
+from engram.streams.embedder import Embedder
+from engram.streams.embedding_worker import EmbeddingWorker
+from engram.streams.indexer import Indexer
+from engram.streams.lag import LagMonitor
+from engram.streams.producer import EventProducer
+from engram.streams.snapshots import Snapshots
 
-from commands.writes import Commands
 from engram.settings import Settings
-from projections.progress import Progress
-from projections.sparql_sandbox import Sandbox
-from projections.stores import TenantStores
-from streams.asof import AsOfProjections
-from streams.embedder import Embedder
-from streams.embedding_worker import EmbeddingWorker
-from streams.indexer import Indexer
-from streams.lag import LagMonitor
-from streams.producer import EventProducer
-from streams.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 

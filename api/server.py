@@ -16,9 +16,9 @@ from typing import Any
 
 import h11
 import uvicorn
+from engram.api.errors import body as error_body
 from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
-from api.errors import body as error_body
 from engram.settings import Settings
 
 HEAD_END = re.compile(rb"\r?\n\r?\n")

@@ -34,19 +34,19 @@ from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from engram.projections.stores import TenantStores
+from engram.streams import kafka_local
+from engram.streams.archive_read import Manifest
+from engram.streams.archiver import Archiver
+from engram.streams.keystore import KeyStore, ReadOnlyKeys
+from engram.streams.objects import Objects, open_objects
+from engram.streams.replay import replay_tenant
+from engram.streams.snapshots import Snapshots
+from engram.streams.topics import ensure_topics
 
 from bench.rematerialise import TENANT, produce, workload
 from engram.harness import isolated_settings
 from engram.settings import Settings, load_settings
-from projections.stores import TenantStores
-from streams import kafka_local
-from streams.archive_read import Manifest
-from streams.archiver import Archiver
-from streams.keystore import KeyStore, ReadOnlyKeys
-from streams.objects import Objects, open_objects
-from streams.replay import replay_tenant
-from streams.snapshots import Snapshots
-from streams.topics import ensure_topics
 
 log = logging.getLogger("bench.asof")
 
@@ -118,7 +118,13 @@ def main() -> None:
     ap.add_argument("--no-archive", action="store_true", help="skip the replay from the archive")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    for noisy in ("aiokafka", "streams.replay", "streams.snapshots", "projections", "streams.archiver"):
+    for noisy in (
+        "aiokafka",
+        "engram.streams.replay",
+        "engram.streams.snapshots",
+        "engram.projections",
+        "engram.streams.archiver",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     base = load_settings()

@@ -11,9 +11,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from engram.streams import kafka_local
+
 from engram.harness import free_port
 from engram.settings import load_settings
-from streams import kafka_local
 
 
 def main(runs: int = 3) -> None:

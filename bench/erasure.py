@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from projections.stores import TenantStores
-from schemas.events import Position
-from streams import projector
-from streams.keystore import KeyStore, ReadOnlyKeys
-from streams.pipeline import Pipeline
+from engram.projections.stores import TenantStores
+from engram.schemas.events import Position
+from engram.streams import projector
+from engram.streams.keystore import KeyStore, ReadOnlyKeys
+from engram.streams.pipeline import Pipeline
 
 ACTOR = {"id": "bench", "role": "operator"}
 T0 = 1_764_547_200_000

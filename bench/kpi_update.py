@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from projections.plan import no_facts, plan
-from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED
-from schemas.events import Position, event_from_json
+from engram.projections.plan import no_facts, plan
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import ASSERTED
+from engram.schemas.events import Position, event_from_json
 
 ACTOR = {"id": "bench", "role": "pipeline"}
 METRICS = ["roas", "cpa", "ctr", "cac", "cpc"]

@@ -29,22 +29,22 @@ from typing import Any
 
 import httpx
 import numpy as np
+from engram.projections.plan import no_facts, plan
+from engram.projections.progress import Progress
+from engram.projections.recall import FUSIONS, RecallQuery, class_weights, recall, search
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Status
+from engram.projections.visibility import Principal
+from engram.schemas.events import Event, Position, event_from_json
+from engram.streams import kafka_local
+from engram.streams.embedder import Embedder, embedding_text, load_embedder
+from engram.streams.indexer import Indexer
+from engram.streams.producer import EventProducer
+from engram.streams.topics import ensure_topics
 
 from engram.evaluation import Chat, load_chats, remember_lines, summarise
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
-from projections.plan import no_facts, plan
-from projections.progress import Progress
-from projections.recall import FUSIONS, RecallQuery, class_weights, recall, search
-from projections.stores import TenantStores
-from projections.tenant_graph import Status
-from projections.visibility import Principal
-from schemas.events import Event, Position, event_from_json
-from streams import kafka_local
-from streams.embedder import Embedder, embedding_text, load_embedder
-from streams.indexer import Indexer
-from streams.producer import EventProducer
-from streams.topics import ensure_topics
 
 
 def say(msg: str) -> None:

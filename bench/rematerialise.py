@@ -31,19 +31,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
+from engram.projections.rules.program import Rank
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import GRAPHS
+from engram.schemas.events import Position, event_from_json
+from engram.streams import kafka_local
+from engram.streams.keystore import KeyStore
+from engram.streams.pipeline import seal as seal_event
+from engram.streams.replay import replay_tenant
+from engram.streams.topics import ensure_topics
+
 from bench.throughput import produce_all
 from engram.harness import isolated_settings
 from engram.settings import load_settings
-from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
-from projections.rules.program import Rank
-from projections.tenant_graph import TenantGraph
-from projections.terms import GRAPHS
-from schemas.events import Position, event_from_json
-from streams import kafka_local
-from streams.keystore import KeyStore
-from streams.pipeline import seal as seal_event
-from streams.replay import replay_tenant
-from streams.topics import ensure_topics
 
 ACTOR = {"id": "bench", "role": "operator"}
 TENANT = "rebuild"

@@ -18,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from projections.sparql import answer
-from projections.sparql_sandbox import Sandbox
+from engram.projections.sparql import answer
+from engram.projections.sparql_sandbox import Sandbox
+
 from tests.factories import remembered
 from tests.tenant import Tenant
 

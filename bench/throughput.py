@@ -32,18 +32,18 @@ from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer
+from engram.projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
+from engram.projections.stores import TenantStores
+from engram.schemas.events import Position, event_from_json
+from engram.streams import codec, kafka_local
+from engram.streams.keystore import KeyStore
+from engram.streams.pipeline import seal as seal_event
+from engram.streams.producer import EventProducer
+from engram.streams.projector import Record, handle_batch_with_retries
+from engram.streams.topics import ensure_topics
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
-from projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
-from projections.stores import TenantStores
-from schemas.events import Position, event_from_json
-from streams import codec, kafka_local
-from streams.keystore import KeyStore
-from streams.pipeline import seal as seal_event
-from streams.producer import EventProducer
-from streams.projector import Record, handle_batch_with_retries
-from streams.topics import ensure_topics
 
 ACTOR = {"id": "bench", "role": "operator"}  # memories are an operator's to write
 

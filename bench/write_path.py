@@ -20,12 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from projections.knowledge import load_knowledge
-from projections.validation import check_property_names
-from schemas.events import Event, content_digest, event_from_json
-from streams import codec
-from streams.keystore import KeyStore
-from streams.pipeline import MAX_EVENT_BYTES, Pipeline, open_event, seal
+from engram.projections.knowledge import load_knowledge
+from engram.projections.validation import check_property_names
+from engram.schemas.events import Event, content_digest, event_from_json
+from engram.streams import codec
+from engram.streams.keystore import KeyStore
+from engram.streams.pipeline import MAX_EVENT_BYTES, Pipeline, open_event, seal
 
 ACTOR = {"id": "dana", "role": "operator"}
 

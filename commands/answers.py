@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from projections.governance import Forbidden, Unseen
-from projections.validation import rejection_reason
-from schemas.checks import Conflict
-from schemas.events import Actor
+from engram.projections.governance import Forbidden, Unseen
+from engram.projections.validation import rejection_reason
+from engram.schemas.checks import Conflict
+from engram.schemas.events import Actor
 
 Loc = tuple[str | int, ...]
 

@@ -21,9 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from pyoxigraph import Literal
-
-from commands.answers import (
+from engram.commands.answers import (
     Accepted,
     Attribution,
     Conflicting,
@@ -36,23 +34,24 @@ from commands.answers import (
     TooLarge,
     refused,
 )
-from projections import governance
-from projections.batch import Overlay
-from projections.conflicts import rivals, rivals_of_stored
-from projections.plan import GraphState, no_facts
-from projections.progress import Progress
-from projections.stores import TenantStores
-from projections.tenant_graph import AlreadyApplied, Status, TenantGraph
-from projections.terms import ASSERTED, e, memory_iri
-from projections.validation import PLAN_ERRORS
-from schemas import payloads as ev
-from schemas import vocabulary as v
-from schemas.checks import Conflict, InvalidEvent
-from schemas.events import Event, Position, content_digest
-from streams.embedder import Embedder
-from streams.pipeline import EventTooLarge, Framed, Pipeline
-from streams.producer import EventProducer
-from streams.projector import reindexes
+from engram.projections import governance
+from engram.projections.batch import Overlay
+from engram.projections.conflicts import rivals, rivals_of_stored
+from engram.projections.plan import GraphState, no_facts
+from engram.projections.progress import Progress
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import AlreadyApplied, Status, TenantGraph
+from engram.projections.terms import ASSERTED, e, memory_iri
+from engram.projections.validation import PLAN_ERRORS
+from engram.schemas import payloads as ev
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import Conflict, InvalidEvent
+from engram.schemas.events import Event, Position, content_digest
+from engram.streams.embedder import Embedder
+from engram.streams.pipeline import EventTooLarge, Framed, Pipeline
+from engram.streams.producer import EventProducer
+from engram.streams.projector import reindexes
+from pyoxigraph import Literal
 
 log = logging.getLogger(__name__)
 

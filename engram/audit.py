@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engram.schemas.payloads import PAYLOADS, MemoryEvent
 from engram.settings import Settings
-from schemas.payloads import PAYLOADS, MemoryEvent
-from streams.event_log import MAX_LIMIT, read_events
+from engram.streams.event_log import MAX_LIMIT, read_events
 
 # every event about a memory (its payload carries a memory_id), derived from the one registry
 MEMORY_TYPES = tuple(name for name, cls in PAYLOADS.items() if issubclass(cls, MemoryEvent))

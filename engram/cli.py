@@ -15,18 +15,18 @@ from pathlib import Path
 from engram.console import access, dev, history, stack, upkeep
 from engram.console.access import ttl_seconds
 from engram.logs import setup_logging
+from engram.schemas.vocabulary import Role
 from engram.settings import Settings, load_settings
-from schemas.vocabulary import Role
 
 log = logging.getLogger("engram.cli")
 
 
 def _produce(settings: Settings, args: argparse.Namespace) -> int:
-    from projections.knowledge import load_knowledge
-    from streams.embedder import load_embedder
-    from streams.keystore import KeyStore
-    from streams.pipeline import Pipeline
-    from streams.producer import EventProducer, produce_lines
+    from engram.projections.knowledge import load_knowledge
+    from engram.streams.embedder import load_embedder
+    from engram.streams.keystore import KeyStore
+    from engram.streams.pipeline import Pipeline
+    from engram.streams.producer import EventProducer, produce_lines
 
     async def main() -> int:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()

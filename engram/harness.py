@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 import httpx
 
-from api.auth import mint
+from engram.api.auth import mint
 from engram.settings import Settings, load_settings
 
 

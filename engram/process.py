@@ -17,25 +17,25 @@ from dataclasses import dataclass
 
 import faust
 
-from api.runtime import Runtime
-from commands.writes import Commands
+from engram.api.runtime import Runtime
+from engram.commands.writes import Commands
+from engram.projections.knowledge import Knowledge, load_knowledge
+from engram.projections.progress import Progress
+from engram.projections.sparql_sandbox import Sandbox
+from engram.projections.stores import TenantStores
 from engram.settings import Settings
-from projections.knowledge import Knowledge, load_knowledge
-from projections.progress import Progress
-from projections.sparql_sandbox import Sandbox
-from projections.stores import TenantStores
-from streams.archiver import archive_until
-from streams.asof import AsOfProjections
-from streams.embedder import Embedder, HashingEmbedder, load_embedder
-from streams.embedding_worker import EmbeddingWorker
-from streams.indexer import Indexer
-from streams.keystore import KeyStore
-from streams.lag import LagMonitor
-from streams.objects import open_objects
-from streams.producer import EventProducer
-from streams.projector_app import create_app
-from streams.snapshots import Snapshots
-from streams.topics import ensure_topics
+from engram.streams.archiver import archive_until
+from engram.streams.asof import AsOfProjections
+from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder
+from engram.streams.embedding_worker import EmbeddingWorker
+from engram.streams.indexer import Indexer
+from engram.streams.keystore import KeyStore
+from engram.streams.lag import LagMonitor
+from engram.streams.objects import open_objects
+from engram.streams.producer import EventProducer
+from engram.streams.projector_app import create_app
+from engram.streams.snapshots import Snapshots
+from engram.streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

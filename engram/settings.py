@@ -15,7 +15,12 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REPO = Path(__file__).resolve().parents[1]
+import engram.ontology
+import engram.rules
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout (installed: site-packages)
+ONTOLOGY_DIR = Path(engram.ontology.__file__).parent  # ontology/ in a checkout, engram/ontology installed
+RULES_DIR = Path(engram.rules.__file__).parent
 log = logging.getLogger(__name__)
 
 
@@ -87,8 +92,8 @@ class Settings(BaseSettings):
         "handles, so a replay or an as_of starts there; 0: only on demand. Unset: 250 in a local "
         "object store (hard links: a snapshot costs ~30 ms), 10000 in S3 (each uploads the whole store).",
     )
-    ontology_dir: Path = Field(REPO / "ontology", description="Turtle ontology and SHACL shapes.")
-    rules_dir: Path = Field(REPO / "rules", description="Datalog rules (*.dlog).")
+    ontology_dir: Path = Field(ONTOLOGY_DIR, description="Turtle ontology and SHACL shapes.")
+    rules_dir: Path = Field(RULES_DIR, description="Datalog rules (*.dlog).")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
     kafka_version: str = Field("4.1.1", description="Apache Kafka version of the local broker.")
     kafka_controller_port: int = Field(9093, description="KRaft controller port (local broker).")

@@ -13,14 +13,13 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engram.projections.knowledge import Knowledge
+from engram.projections.plan import Delta, QuadReads
+from engram.projections.terms import META, e, event_iri
+from engram.projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
+from engram.schemas.checks import Conflict
+from engram.schemas.events import Event, Position, content_digest
 from pyoxigraph import Literal, NamedNode, Quad, Store
-
-from projections.knowledge import Knowledge
-from projections.plan import Delta, QuadReads
-from projections.terms import META, e, event_iri
-from projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
-from schemas.checks import Conflict
-from schemas.events import Event, Position, content_digest
 
 
 class Status(enum.Enum):

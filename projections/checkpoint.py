@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from schemas.events import Position
+from engram.schemas.events import Position
 
 
 class IndexCheckpoint:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engram.projections.knowledge import Knowledge
+from engram.projections.plan import no_facts, plan
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import ASSERTED, GRAPHS, INFERRED, ONTOLOGY, RDF_TYPE, e, memory_iri
+from engram.schemas import payloads as ev
+from engram.schemas.events import Event, Position
 from pyoxigraph import Literal, NamedNode, Quad, Store
-
-from projections.knowledge import Knowledge
-from projections.plan import no_facts, plan
-from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, GRAPHS, INFERRED, ONTOLOGY, RDF_TYPE, e, memory_iri
-from schemas import payloads as ev
-from schemas.events import Event, Position
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pyoxigraph import Literal, NamedNode
-
-from projections.indexes import TenantIndexes, memory_id_of
-from projections.ontology import Ontology, StatusField, StatusGroup
-from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri
-from projections.vector_index import QueryVector, resolve
-from projections.visibility import (
+from engram.projections.indexes import TenantIndexes, memory_id_of
+from engram.projections.ontology import Ontology, StatusField, StatusGroup
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri
+from engram.projections.vector_index import QueryVector, resolve
+from engram.projections.visibility import (
     MemoryFacts,
     Principal,
     held_at,
@@ -32,7 +30,8 @@ from projections.visibility import (
     memory_facts,
     with_display,
 )
-from schemas import vocabulary as v
+from engram.schemas import vocabulary as v
+from pyoxigraph import Literal, NamedNode
 
 TOP_TIER = v.Importance.HIGH
 KIND_BLOCKS = {"objective": "Objectives", "preference": "Preferences", "fact": "Facts", "context": "Context"}

@@ -12,14 +12,13 @@ import string
 from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
+from engram.projections.rules.compile import Value
+from engram.projections.rules.engine import Derivation
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import INFERRED, memory_iri
+from engram.projections.visibility import MemoryFilter, everything, fact_shown, shown
+from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Triple
-
-from projections.rules.compile import Value
-from projections.rules.engine import Derivation
-from projections.tenant_graph import TenantGraph
-from projections.terms import INFERRED, memory_iri
-from projections.visibility import MemoryFilter, everything, fact_shown, shown
-from schemas import vocabulary as v
 
 NUMERIC = {v.XSD + t for t in ("integer", "decimal", "double", "float")}
 

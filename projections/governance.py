@@ -33,14 +33,13 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from engram.projections.plan import GraphState
+from engram.projections.terms import e, memory_iri, user_iri
+from engram.schemas import payloads as ev
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Actor, Event
 from pyoxigraph import NamedNode
-
-from projections.plan import GraphState
-from projections.terms import e, memory_iri, user_iri
-from schemas import payloads as ev
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
-from schemas.events import Actor, Event
 
 Role = v.Role
 

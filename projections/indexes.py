@@ -18,15 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, e, memory_iri
+from engram.projections.text_index import TextIndex
+from engram.projections.vector_index import VectorIndex, label_of
+from engram.projections.visibility import (
+    LEAN,
+    MemoryFacts,
+    inferred_by_name,
+    lean_from,
+    memory_facts,
+    with_display,
+)
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Position
 from pyoxigraph import Literal, NamedNode, Quad
-
-from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, VECTORS, e, memory_iri
-from projections.text_index import TextIndex
-from projections.vector_index import VectorIndex, label_of
-from projections.visibility import LEAN, MemoryFacts, inferred_by_name, lean_from, memory_facts, with_display
-from schemas import vocabulary as v
-from schemas.events import Position
 
 log = logging.getLogger(__name__)
 

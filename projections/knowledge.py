@@ -7,17 +7,17 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import engram.ontology
+import engram.rules
+from engram.projections.ontology import Ontology, load_ontology
+from engram.projections.rules.engine import RuleEngine
+from engram.projections.rules.syntax import load_rules
+from engram.projections.shapes import Shapes, load_shapes
+from engram.schemas import vocabulary as v
 from pyoxigraph import NamedNode
 
-from projections.ontology import Ontology, load_ontology
-from projections.rules.engine import RuleEngine
-from projections.rules.syntax import load_rules
-from projections.shapes import Shapes, load_shapes
-from schemas import vocabulary as v
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_ONTOLOGY_DIR = REPO / "ontology"
-DEFAULT_RULES_DIR = REPO / "rules"
+DEFAULT_ONTOLOGY_DIR = Path(engram.ontology.__file__).parent
+DEFAULT_RULES_DIR = Path(engram.rules.__file__).parent
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from engram.projections.knowledge import Knowledge
+from engram.projections.shapes import PropertyShape
+from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, RdfFormat, parse
-
-from projections.knowledge import Knowledge
-from projections.shapes import PropertyShape
-from schemas import vocabulary as v
 
 RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
 RDFS_COMMENT = "http://www.w3.org/2000/01/rdf-schema#comment"

@@ -7,9 +7,8 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from engram.schemas import vocabulary as v
 from pyoxigraph import NamedNode, Quad, RdfFormat, Triple, parse
-
-from schemas import vocabulary as v
 
 RDFS_SUBCLASS = "http://www.w3.org/2000/01/rdf-schema#subClassOf"
 RDFS_RANGE = "http://www.w3.org/2000/01/rdf-schema#range"

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from pyoxigraph import Literal, NamedNode, Quad
-
-from projections.terms import (
+from engram.projections.terms import (
     ASSERTED,
     CLOCK,
     COMPANY,
@@ -32,12 +30,13 @@ from projections.terms import (
     value_literal,
     vector_literal,
 )
-from schemas import payloads as ev
-from schemas import vocabulary as v
-from schemas.checks import Conflict, InvalidEvent, parse_time
-from schemas.events import Event, Position
-from schemas.periods import Period, parse_period
-from schemas.sealing import ERASED
+from engram.schemas import payloads as ev
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import Conflict, InvalidEvent, parse_time
+from engram.schemas.events import Event, Position
+from engram.schemas.periods import Period, parse_period
+from engram.schemas.sealing import ERASED
+from pyoxigraph import Literal, NamedNode, Quad
 
 
 class GraphState(Protocol):

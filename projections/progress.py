@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from projections.tenant_graph import Outcome
+from engram.projections.tenant_graph import Outcome
 
 
 @dataclass(frozen=True)

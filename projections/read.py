@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engram.projections.explain import show
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
+from engram.projections.visibility import MemoryFilter, everything
+from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Variable
-
-from projections.explain import show
-from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
-from projections.visibility import MemoryFilter, everything
-from schemas import vocabulary as v
 
 PREFIXES = {"e": v.ENGRAM}
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from projections.indexes import TenantIndexes
-from projections.ontology import Ontology
-from projections.vector_index import QueryVector, resolve
-from projections.visibility import MemoryFacts, Principal, held_at
-from schemas import vocabulary as v
+from engram.projections.indexes import TenantIndexes
+from engram.projections.ontology import Ontology
+from engram.projections.vector_index import QueryVector, resolve
+from engram.projections.visibility import MemoryFacts, Principal, held_at
+from engram.schemas import vocabulary as v
 
 Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
 FUSIONS: tuple[Fusion, ...] = ("default", "bm25", "vector", "rrf", "minmax", "zscore")

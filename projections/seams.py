@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from projections.tenant_graph import TenantGraph
+from engram.projections.tenant_graph import TenantGraph
 
 
 class Keys(Protocol):

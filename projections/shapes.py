@@ -14,9 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engram.projections.ontology import Ontology
 from pyoxigraph import BlankNode, Literal, NamedNode, RdfFormat, Store
-
-from projections.ontology import Ontology
 
 SH = "http://www.w3.org/ns/shacl#"
 RDF_FIRST = "http://www.w3.org/1999/02/22-rdf-syntax-ns#first"

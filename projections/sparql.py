@@ -17,9 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from engram.schemas import vocabulary as v
 from pyoxigraph import BlankNode, Literal, NamedNode, QueryBoolean, QuerySolutions, Store, Triple
-
-from schemas import vocabulary as v
 
 GRAPHS = [NamedNode(g) for g in (v.GRAPH_ASSERTED, v.GRAPH_INFERRED, v.GRAPH_ONTOLOGY)]  # no meta, vectors
 MAX_QUERY_CHARS = 20_000

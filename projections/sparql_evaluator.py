@@ -22,7 +22,7 @@ import sys
 from collections import OrderedDict
 from typing import Any
 
-from projections.no_network import SandboxUnavailable, deny_network
+from engram.projections.no_network import SandboxUnavailable, deny_network
 
 OPEN_STORES = 4  # read-only handles kept, most recently used
 
@@ -58,9 +58,8 @@ def main() -> None:
         reason = str(exc).encode()
         write_all(out, b"N" + struct.pack(">I", len(reason)) + reason)
         return
+    from engram.projections.sparql import QueryRefused, answer
     from pyoxigraph import Store
-
-    from projections.sparql import QueryRefused, answer
 
     stores: OrderedDict[str, tuple[str, Store]] = OrderedDict()
 

@@ -19,11 +19,11 @@ import sys
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from projections.sparql import Answer, QueryRefused
+from engram.projections.sparql import Answer, QueryRefused
 
 log = logging.getLogger(__name__)
 
-COMMAND = (sys.executable, "-m", "projections.sparql_evaluator")
+COMMAND = (sys.executable, "-m", "engram.projections.sparql_evaluator")
 START_TIMEOUT_S = 30.0  # an evaluator not ready by then is given up on (and the pool says why)
 
 

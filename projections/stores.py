@@ -13,14 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from engram.projections.indexes import TenantIndexes
+from engram.projections.knowledge import Knowledge, load_knowledge
+from engram.projections.seams import Keys, Snapshotter
+from engram.projections.tenant_graph import TenantGraph
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Position
 from pyoxigraph import Store
-
-from projections.indexes import TenantIndexes
-from projections.knowledge import Knowledge, load_knowledge
-from projections.seams import Keys, Snapshotter
-from projections.tenant_graph import TenantGraph
-from schemas import vocabulary as v
-from schemas.events import Position
 
 T = TypeVar("T")
 

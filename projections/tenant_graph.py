@@ -15,13 +15,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
-
-from projections.batch import AlreadyApplied, Outcome, Overlay, Status, Step, plan_batch, prepare
-from projections.knowledge import Knowledge, load_knowledge
-from projections.plan import Delta
-from projections.rules.engine import Derivation
-from projections.terms import (
+from engram.projections.batch import AlreadyApplied, Outcome, Overlay, Status, Step, plan_batch, prepare
+from engram.projections.knowledge import Knowledge, load_knowledge
+from engram.projections.plan import Delta
+from engram.projections.rules.engine import Derivation
+from engram.projections.terms import (
     ASSERTED,
     GRAPHS,
     INFERRED,
@@ -34,8 +32,9 @@ from projections.terms import (
     e,
     event_iri,
 )
-from schemas import vocabulary as v
-from schemas.events import Event, Position
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Event, Position
+from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
 
 __all__ = ["AlreadyApplied", "Outcome", "Planned", "Status", "Step", "TenantGraph"]
 

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from engram.projections.rules.engine import Graphs
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent
 from pyoxigraph import Literal, NamedNode
-
-from projections.rules.engine import Graphs
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
 
 ASSERTED = NamedNode(v.GRAPH_ASSERTED)
 INFERRED = NamedNode(v.GRAPH_INFERRED)

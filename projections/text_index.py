@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 
 import tantivy
-
-from projections.checkpoint import IndexCheckpoint
+from engram.projections.checkpoint import IndexCheckpoint
 
 WRITER_HEAP_BYTES = 15_000_000  # tantivy's minimum per writer thread
 # A rebuild writes the whole index in one segment rather than one per 15 MB of heap: searching one

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from engram.projections import governance
+from engram.projections.knowledge import Knowledge
+from engram.projections.plan import Delta, GraphState, plan
+from engram.projections.terms import memory_iri
+from engram.schemas import payloads as ev
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event, Position
 from pyoxigraph import NamedNode
-
-from projections import governance
-from projections.knowledge import Knowledge
-from projections.plan import Delta, GraphState, plan
-from projections.terms import memory_iri
-from schemas import payloads as ev
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
-from schemas.events import Event, Position
 
 # plan() is a pure function of the event and the facts, so these failures are deterministic:
 # retrying cannot help, and a replay must reach the same decision.

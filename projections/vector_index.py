@@ -17,8 +17,7 @@ from typing import TypeAlias
 
 import hnswlib
 import numpy as np
-
-from projections.checkpoint import IndexCheckpoint
+from engram.projections.checkpoint import IndexCheckpoint
 
 EF_SEARCH = 64
 EF_CONSTRUCTION = 100

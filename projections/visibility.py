@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import parse_time
 from pyoxigraph import Literal, NamedNode, Triple
-
-from projections.tenant_graph import TenantGraph
-from projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
-from schemas import vocabulary as v
-from schemas.checks import parse_time
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas import vocabulary as v
-from schemas.periods import parse_period
+from engram.schemas import vocabulary as v
+from engram.schemas.periods import parse_period
 
 
 class InvalidEvent(ValueError):

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas import ENVELOPE_FILE, avro_dir, sealing
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent, Problems, hostile_values, parse_time, show
-from schemas.payloads import EVENT_ID_NAMESPACE, Payload, payload_class
+from engram.schemas import ENVELOPE_FILE, avro_dir, sealing
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent, Problems, hostile_values, parse_time, show
+from engram.schemas.payloads import EVENT_ID_NAMESPACE, Payload, payload_class
 
 DERIVED_FIELDS = frozenset({"occurred_at_given"})  # set by the builder, never written in JSON
 # The JSON form: the Envelope's fields, with the payload's ``type`` beside it.

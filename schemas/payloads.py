@@ -21,10 +21,10 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, ClassVar, Self
 
-from schemas import ENVELOPE_FILE, avro_dir
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent, Problems, parse_time, show
-from schemas.periods import UNSPECIFIED
+from engram.schemas import ENVELOPE_FILE, avro_dir
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent, Problems, parse_time, show
+from engram.schemas.periods import UNSPECIFIED
 
 FLOAT32_MAX = 3.4028234663852886e38  # an Avro float; beyond it a component would be stored as inf
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c1a52-58a9-4f55-9d0e-0b1b8f4f2a11")

@@ -26,9 +26,8 @@ from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from schemas.checks import InvalidEvent
-from schemas.payloads import MemoryRemembered, MemoryRevised, Payload, Sealed
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.payloads import MemoryRemembered, MemoryRevised, Payload, Sealed
 
 ERASED = "(erased)"
 SEALED_CHANGES = ("label", "content")  # the revisable shared fields that are personal

@@ -25,10 +25,9 @@ from itertools import pairwise
 from typing import Any
 
 import fastavro
+from engram.schemas import avro_dir
+from engram.streams.objects import MissingObject, Objects
 from fastavro.schema import parse_schema
-
-from schemas import avro_dir
-from streams.objects import MissingObject, Objects
 
 ROOT = "events"
 SCHEMA_FILE = "engram.archive.LogRecord.avsc"

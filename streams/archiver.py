@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
-
-from engram.settings import Settings
-from streams.archive_read import (
+from engram.streams.archive_read import (
     ArchiveError,
     LogRecord,
     Manifest,
@@ -34,8 +32,10 @@ from streams.archive_read import (
     segment_key,
     topic_root,
 )
-from streams.objects import Objects
-from streams.topics import partition_count
+from engram.streams.objects import Objects
+from engram.streams.topics import partition_count
+
+from engram.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ async def archive_until(settings: Settings, stop: asyncio.Event) -> None:
     """The archiver inside ``engram serve`` (``ENGRAM_ARCHIVE_ENABLED``): an error (the object store
     or Kafka unreachable) is logged and the archiver starts again from the manifest a moment later,
     so it never takes the API down and never stays down."""
-    from streams.objects import open_objects
+    from engram.streams.objects import open_objects
 
     while not stop.is_set():
         try:

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from engram.projections.knowledge import Knowledge
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import TenantGraph
+from engram.schemas.checks import InvalidEvent, parse_time
+from engram.streams.keystore import KeyStore, ReadOnlyKeys, erasures
+from engram.streams.replay import replay_tenant
+from engram.streams.snapshots import Snapshots
+from engram.streams.topics import partition_count, partition_for
 
 from engram.settings import Settings
-from projections.knowledge import Knowledge
-from projections.stores import TenantStores
-from projections.tenant_graph import TenantGraph
-from schemas.checks import InvalidEvent, parse_time
-from streams.keystore import KeyStore, ReadOnlyKeys, erasures
-from streams.replay import replay_tenant
-from streams.snapshots import Snapshots
-from streams.topics import partition_count, partition_for
 
 POSITION = re.compile(r"([0-9]{1,9}):([0-9]{1,18})", re.ASCII)
 

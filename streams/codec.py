@@ -14,13 +14,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from engram.schemas import ENVELOPE_FILE, avro_dir, history_dir
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
-
-from schemas import ENVELOPE_FILE, avro_dir, history_dir
-from schemas.checks import InvalidEvent
-from schemas.events import Event
 
 MAGIC = b"\xc3\x01"
 HEADER_EVENT_TYPE = "event-type"

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.errors import MessageSizeTooLargeError
-
-from schemas.events import Position
-from streams import codec
+from engram.schemas.events import Position
+from engram.streams import codec
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from streams.embedder import Embedder, load_embedder
+from engram.streams.embedder import Embedder, load_embedder
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class EmbeddingWorker:
         self._ready = False
         try:
             self._child = subprocess.Popen(
-                [sys.executable, "-m", "streams.embedding_worker", self.configured],
+                [sys.executable, "-m", "engram.streams.embedding_worker", self.configured],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 bufsize=0,

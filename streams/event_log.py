@@ -26,17 +26,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from engram.projections.seams import Keys
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent, parse_time, show
+from engram.schemas.events import Event, validate
+from engram.schemas.payloads import EVENT_TYPES, PAYLOADS, thaw
+from engram.streams import codec, fetch_guard
+from engram.streams.keystore import KeyStore, ReadOnlyKeys
+from engram.streams.pipeline import open_event
+from engram.streams.topics import partition_count, partition_for
 
 from engram.settings import Settings
-from projections.seams import Keys
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent, parse_time, show
-from schemas.events import Event, validate
-from schemas.payloads import EVENT_TYPES, PAYLOADS, thaw
-from streams import codec, fetch_guard
-from streams.keystore import KeyStore, ReadOnlyKeys
-from streams.pipeline import open_event
-from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)
 

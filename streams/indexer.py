@@ -18,10 +18,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from projections.progress import Progress
-from projections.stores import TenantStores
-from projections.tenant_graph import Outcome
-from schemas.events import Position
+from engram.projections.progress import Progress
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Outcome
+from engram.schemas.events import Position
 
 log = logging.getLogger(__name__)
 MAX_REST_S = 2.0

@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 
 from aiokafka import AIOKafkaClient
+from engram.streams import local_process
 
 from engram.settings import Settings
-from streams import local_process
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from schemas import vocabulary as v
+from engram.schemas import vocabulary as v
 
 ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
 

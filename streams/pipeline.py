@@ -19,20 +19,20 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from projections import governance
-from projections.batch import Overlay
-from projections.knowledge import Knowledge
-from projections.plan import no_facts
-from projections.seams import Keys
-from projections.tenant_graph import TenantGraph
-from projections.validation import PLAN_ERRORS, check_property_names, checked_plan, rejection_reason
-from schemas import jsontext, sealing
-from schemas import payloads as ev
-from schemas.checks import InvalidEvent
-from schemas.events import Event, Position, event_from_json, validate
-from streams import codec
-from streams.embedder import Embedder, embedding_text
-from streams.keystore import KeyErased
+from engram.projections import governance
+from engram.projections.batch import Overlay
+from engram.projections.knowledge import Knowledge
+from engram.projections.plan import no_facts
+from engram.projections.seams import Keys
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.validation import PLAN_ERRORS, check_property_names, checked_plan, rejection_reason
+from engram.schemas import jsontext, sealing
+from engram.schemas import payloads as ev
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event, Position, event_from_json, validate
+from engram.streams import codec
+from engram.streams.embedder import Embedder, embedding_text
+from engram.streams.keystore import KeyErased
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
+from engram.schemas.events import Event, Position
+from engram.streams.pipeline import Framed, Pipeline, parse_lines
 
 from engram.settings import Settings
-from schemas.events import Event, Position
-from streams.pipeline import Framed, Pipeline, parse_lines
 
 log = logging.getLogger(__name__)
 

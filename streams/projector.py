@@ -18,20 +18,20 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from projections.batch import Overlay, Step, plan_batch
-from projections.stores import StoreLocked, TenantStores
-from projections.tenant_graph import Outcome, Planned, Status, TenantGraph
-from projections.validation import PLAN_ERRORS, rejection_reason
-from schemas import payloads as ev
-from schemas import sealing
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
-from schemas.events import Event, Position
-from streams import codec, fetch_guard
-from streams.keystore import KeyStore
-from streams.pipeline import read_record
-from streams.snapshots import Snapshots
-from streams.topics import partition_for
+from engram.projections.batch import Overlay, Step, plan_batch
+from engram.projections.stores import StoreLocked, TenantStores
+from engram.projections.tenant_graph import Outcome, Planned, Status, TenantGraph
+from engram.projections.validation import PLAN_ERRORS, rejection_reason
+from engram.schemas import payloads as ev
+from engram.schemas import sealing
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event, Position
+from engram.streams import codec, fetch_guard
+from engram.streams.keystore import KeyStore
+from engram.streams.pipeline import read_record
+from engram.streams.snapshots import Snapshots
+from engram.streams.topics import partition_for
 
 log = logging.getLogger(__name__)
 

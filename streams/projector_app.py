@@ -7,17 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import faust
+from engram.projections.progress import Progress
+from engram.projections.stores import TenantStores
+from engram.schemas.events import Position
+from engram.streams import fetch_guard
+from engram.streams.dead_letters import send_dead_letter
+from engram.streams.indexer import Indexer
+from engram.streams.projector import Record, handle_batch_with_retries
+from engram.streams.take import take_available
+from engram.streams.topics import DEAD_LETTER_MAX_BYTES, partition_count
 
 from engram.settings import Settings
-from projections.progress import Progress
-from projections.stores import TenantStores
-from schemas.events import Position
-from streams import fetch_guard
-from streams.dead_letters import send_dead_letter
-from streams.indexer import Indexer
-from streams.projector import Record, handle_batch_with_retries
-from streams.take import take_available
-from streams.topics import DEAD_LETTER_MAX_BYTES, partition_count
 
 # a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
 # BATCH_WITHIN_S after its first record (a backlog is taken in batches of up to the maximum)

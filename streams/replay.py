@@ -18,20 +18,20 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
+from engram.projections.knowledge import load_knowledge
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import TenantGraph
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Position
+from engram.streams import fetch_guard
+from engram.streams.archive_read import ArchiveGap, LogRecord, Manifest, covering, segment_records
+from engram.streams.keystore import KeyStore, ReadOnlyKeys
+from engram.streams.objects import open_objects
+from engram.streams.projector import Record, handle_batch_with_retries
+from engram.streams.snapshots import Snapshots
+from engram.streams.topics import partition_count, partition_for
 
 from engram.settings import Settings
-from projections.knowledge import load_knowledge
-from projections.stores import TenantStores
-from projections.tenant_graph import TenantGraph
-from schemas import vocabulary as v
-from schemas.events import Position
-from streams import fetch_guard
-from streams.archive_read import ArchiveGap, LogRecord, Manifest, covering, segment_records
-from streams.keystore import KeyStore, ReadOnlyKeys
-from streams.objects import open_objects
-from streams.projector import Record, handle_batch_with_retries
-from streams.snapshots import Snapshots
-from streams.topics import partition_count, partition_for
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+from engram.streams import local_process
 
 from engram.settings import Settings
-from streams import local_process
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import engram.schemas as schemas
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
-
-import schemas
 
 FIX = "run `engram schema-history` and commit schemas/avro/history/"
 

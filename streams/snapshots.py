@@ -28,9 +28,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from projections.tenant_graph import TenantGraph
-from schemas.events import Position
-from streams.objects import LocalObjects, MissingObject, Objects
+from engram.projections.tenant_graph import TenantGraph
+from engram.schemas.events import Position
+from engram.streams.objects import LocalObjects, MissingObject, Objects
 
 log = logging.getLogger(__name__)
 

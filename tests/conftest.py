@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engram.streams import kafka_local, s3_local
+from engram.streams.objects import Objects, S3Objects, open_objects
+from engram.streams.topics import ensure_topics
 
 from engram.harness import Server, isolated_settings
 from engram.settings import REPO, Settings, load_settings
-from streams import kafka_local, s3_local
-from streams.objects import Objects, S3Objects, open_objects
-from streams.topics import ensure_topics
 from tests.tenant import Tenant
 
 # A plain `pytest` keeps the data directory `./dev test` uses (the broker's and s3proxy's storage

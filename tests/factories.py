@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from schemas.events import Actor, Event, event_from_json
-from schemas.payloads import payload_class
+from engram.schemas.events import Actor, Event, event_from_json
+from engram.schemas.payloads import payload_class
 
 ACTOR = {"id": "dana", "role": "operator"}
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engram.projections.explain import derived_for_memory
+from engram.projections.knowledge import Knowledge
+from engram.projections.rules.engine import Graphs
+from engram.projections.tenant_graph import Status, TenantGraph
+from engram.projections.terms import ASSERTED, ONTOLOGY, REMOVED, memory_iri
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Event, Position
 from pyoxigraph import NamedNode, Triple
 
-from projections.explain import derived_for_memory
-from projections.knowledge import Knowledge
-from projections.rules.engine import Graphs
-from projections.tenant_graph import Status, TenantGraph
-from projections.terms import ASSERTED, ONTOLOGY, REMOVED, memory_iri
-from schemas import vocabulary as v
-from schemas.events import Event, Position
 from tests.factories import event
 
 CHECK = NamedNode("urn:engram:graph:check")  # scratch: a from-scratch materialisation to compare with

@@ -10,8 +10,8 @@ thread, a thread hop per dependency per request (measured: ~1 ms of a context's 
 
 from __future__ import annotations
 
-from api.deps.idempotency import CANONICAL_UUID, IDEMPOTENCY_NAMESPACE, IdempotencyKey, event_id_for
-from api.deps.principal import (
+from engram.api.deps.idempotency import CANONICAL_UUID, IDEMPOTENCY_NAMESPACE, IdempotencyKey, event_id_for
+from engram.api.deps.principal import (
     CurrentPrincipal,
     bearer,
     get_principal,
@@ -22,7 +22,7 @@ from api.deps.principal import (
     unauthorized,
     write_attribution,
 )
-from api.deps.tenant import (
+from engram.api.deps.tenant import (
     Commands,
     CurrentRuntime,
     SearchStore,
@@ -34,8 +34,8 @@ from api.deps.tenant import (
     get_tenant_graph,
     not_found,
 )
-from api.deps.time_params import AsOfParam, ValidAt, get_as_of, get_valid_at, past_stores
-from api.deps.unknown_query import known_query_only
+from engram.api.deps.time_params import AsOfParam, ValidAt, get_as_of, get_valid_at, past_stores
+from engram.api.deps.unknown_query import known_query_only
 
 __all__ = [
     "CANONICAL_UUID",

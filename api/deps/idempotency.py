@@ -6,9 +6,8 @@ import re
 import uuid
 from typing import Annotated
 
+from engram.api.errors import problem
 from fastapi import Header
-
-from api.errors import problem
 
 IDEMPOTENCY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:engram:idempotency-key")
 CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")

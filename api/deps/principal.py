@@ -7,20 +7,19 @@ import dataclasses
 import math
 from typing import Annotated, Any
 
+from engram.api import models
+from engram.api.auth import BadToken, Verifier
+from engram.api.bodies import AUTHENTICATED, body_only_if_taken
+from engram.api.deps.idempotency import event_id_for
+from engram.api.deps.tenant import TenantId
+from engram.api.errors import problem
+from engram.api.limits import CHARGED
+from engram.commands import writes
+from engram.projections.visibility import Principal
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Actor
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
-from api import models
-from api.auth import BadToken, Verifier
-from api.bodies import AUTHENTICATED, body_only_if_taken
-from api.deps.idempotency import event_id_for
-from api.deps.tenant import TenantId
-from api.errors import problem
-from api.limits import CHARGED
-from commands import writes
-from projections.visibility import Principal
-from schemas import vocabulary as v
-from schemas.events import Actor
 
 bearer = HTTPBearer(auto_error=False, description="A JWT minted by `engram token` (or your issuer)")
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from engram.api.errors import problem
+from engram.api.models import anchored
+from engram.api.runtime import Runtime
+from engram.commands import writes
+from engram.projections.tenant_graph import TenantGraph
+from engram.schemas import vocabulary as v
 from fastapi import Depends, HTTPException, Path, Request
-
-from api.errors import problem
-from api.models import anchored
-from api.runtime import Runtime
-from commands import writes
-from projections.tenant_graph import TenantGraph
-from schemas import vocabulary as v
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -7,12 +7,11 @@ from datetime import datetime
 from typing import Annotated
 
 from aiokafka.errors import KafkaError
+from engram.api.errors import problem
+from engram.api.runtime import Runtime
+from engram.schemas.checks import InvalidEvent, parse_time
+from engram.streams.asof import AsOf, Past, parse_as_of
 from fastapi import Depends, Query
-
-from api.errors import problem
-from api.runtime import Runtime
-from schemas.checks import InvalidEvent, parse_time
-from streams.asof import AsOf, Past, parse_as_of
 
 
 def get_valid_at(

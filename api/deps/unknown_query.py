@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engram.api.errors import problem
 from fastapi import Request
-
-from api.errors import problem
 
 _known: dict[int, frozenset[str]] = {}
 

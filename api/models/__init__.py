@@ -1,12 +1,12 @@
 """Request and response models at the HTTP edge, one module per resource; limits are declared on
 the fields (``fields`` holds the strict types and base model every request inherits)."""
 
-from api.models.events import (
+from engram.api.models.events import (
     EventLogPage,
     LogActor,
     LogEvent,
 )
-from api.models.fields import (
+from engram.api.models.fields import (
     CLASS_PATTERN,
     IRI_PATTERN,
     NON_BLANK,
@@ -25,7 +25,7 @@ from api.models.fields import (
     Timestamp,
     anchored,
 )
-from api.models.memories import (
+from engram.api.models.memories import (
     Accepted,
     ActorIn,
     ActorOut,
@@ -46,7 +46,7 @@ from api.models.memories import (
     StakeholdersOut,
     SupersedeRequest,
 )
-from api.models.recall import (
+from engram.api.models.recall import (
     QUERY_MAX,
     ClassName,
     ContextAnswer,
@@ -59,7 +59,7 @@ from api.models.recall import (
     RecallRequest,
     Signals,
 )
-from api.models.snapshots import (
+from engram.api.models.snapshots import (
     SnapshotOut,
     SnapshotsOut,
 )

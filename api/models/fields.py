@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent, parse_time
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -23,9 +25,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent, parse_time
 
 
 def anchored(regex: str) -> str:

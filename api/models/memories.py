@@ -5,16 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictStr,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
-
-from api.models.fields import (
+from engram.api.models.fields import (
     CLASS_PATTERN,
     NON_BLANK,
     EdgeModel,
@@ -31,10 +22,18 @@ from api.models.fields import (
     Timestamp,
     anchored,
 )
-from commands import writes
-from schemas import vocabulary as v
-from schemas.events import Actor
-from schemas.payloads import REVISABLE_FIELDS
+from engram.commands import writes
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Actor
+from engram.schemas.payloads import REVISABLE_FIELDS
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 
 class ActorIn(EdgeModel):

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-    StrictStr,
-)
-
-from api.models.fields import (
+from engram.api.models.fields import (
     CLASS_PATTERN,
     NON_BLANK,
     EdgeModel,
@@ -19,6 +13,11 @@ from api.models.fields import (
     Kind,
     StatusValue,
     Timestamp,
+)
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictStr,
 )
 
 # -- recall and context -------------------------------------------------------------------------

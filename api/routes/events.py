@@ -9,13 +9,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from aiokafka.errors import KafkaError
+from engram.api.deps import CurrentPrincipal, CurrentRuntime, TenantId, get_principal
+from engram.api.errors import problem, responses
+from engram.api.models import EventLogPage, anchored
+from engram.schemas.payloads import EVENT_TYPES
+from engram.streams import event_log
 from fastapi import APIRouter, Depends, Query
-
-from api.deps import CurrentPrincipal, CurrentRuntime, TenantId, get_principal
-from api.errors import problem, responses
-from api.models import EventLogPage, anchored
-from schemas.payloads import EVENT_TYPES
-from streams import event_log
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",

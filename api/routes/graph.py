@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from engram.api.deps import CurrentPrincipal, TenantStore, get_principal, governs
+from engram.api.errors import responses
+from engram.api.models import IRI_PATTERN
+from engram.projections.explain import inferred_about
+from engram.projections.read import export_nquads
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 from pyoxigraph import NamedNode
-
-from api.deps import CurrentPrincipal, TenantStore, get_principal, governs
-from api.errors import responses
-from api.models import IRI_PATTERN
-from projections.explain import inferred_about
-from projections.read import export_nquads
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/graph",

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from engram.api.deps import CurrentRuntime
+from engram.api.models import Readiness
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-
-from api.deps import CurrentRuntime
-from api.models import Readiness
 
 router = APIRouter(tags=["health"])
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-
-from api.deps import (
+from engram.api.deps import (
     Commands,
     CurrentPrincipal,
     IdempotencyKey,
@@ -12,9 +10,10 @@ from api.deps import (
     get_principal,
     write_attribution,
 )
-from api.errors import responses
-from api.models import Accepted, ForgetRequest, LegalHoldRequest
-from api.routes.memories import MemoryId
+from engram.api.errors import responses
+from engram.api.models import Accepted, ForgetRequest, LegalHoldRequest
+from engram.api.routes.memories import MemoryId
+from fastapi import APIRouter, Depends
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/legal-holds",

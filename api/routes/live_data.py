@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-
-from api.deps import (
+from engram.api.deps import (
     Commands,
     CurrentPrincipal,
     IdempotencyKey,
@@ -12,8 +10,9 @@ from api.deps import (
     get_principal,
     write_attribution,
 )
-from api.errors import responses
-from api.models import Accepted, ClockTick, KpiCreate, SpendCreate
+from engram.api.errors import responses
+from engram.api.models import Accepted, ClockTick, KpiCreate, SpendCreate
+from fastapi import APIRouter, Depends
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
-
-from api.deps import (
+from engram.api.deps import (
     AsOfParam,
     Commands,
     CurrentPrincipal,
@@ -27,8 +25,8 @@ from api.deps import (
     past_stores,
     write_attribution,
 )
-from api.errors import problem, responses
-from api.models import (
+from engram.api.errors import problem, responses
+from engram.api.models import (
     CLASS_PATTERN,
     Accepted,
     Attribution,
@@ -42,12 +40,13 @@ from api.models import (
     SupersedeRequest,
     anchored,
 )
-from projections.explain import derived_for_memory, inferred_about
-from projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
-from projections.tenant_graph import TenantGraph
-from projections.terms import memory_iri
-from projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, sight
-from schemas import vocabulary as v
+from engram.projections.explain import derived_for_memory, inferred_about
+from engram.projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import memory_iri
+from engram.projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, sight
+from engram.schemas import vocabulary as v
+from fastapi import APIRouter, Depends, Path, Query
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/memories",

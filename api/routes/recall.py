@@ -6,11 +6,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
-
-from api.deps import (
+from engram.api.deps import (
     AsOfParam,
     CurrentPrincipal,
     CurrentRuntime,
@@ -20,8 +16,8 @@ from api.deps import (
     get_principal,
     past_stores,
 )
-from api.errors import problem, responses
-from api.models import (
+from engram.api.errors import problem, responses
+from engram.api.models import (
     CLASS_PATTERN,
     QUERY_MAX,
     ContextAnswer,
@@ -33,15 +29,18 @@ from api.models import (
     Signals,
     anchored,
 )
-from api.runtime import Runtime
-from projections.context import ContextOptions, build_context
-from projections.memory_tool import memory_tool
-from projections.read import memory_statuses
-from projections.recall import RecallQuery, class_weights, recall
-from projections.tenant_graph import TenantGraph
-from projections.visibility import Principal
-from schemas import vocabulary as v
-from streams.asof import AsOf
+from engram.api.runtime import Runtime
+from engram.projections.context import ContextOptions, build_context
+from engram.projections.memory_tool import memory_tool
+from engram.projections.read import memory_statuses
+from engram.projections.recall import RecallQuery, class_weights, recall
+from engram.projections.tenant_graph import TenantGraph
+from engram.projections.visibility import Principal
+from engram.schemas import vocabulary as v
+from engram.streams.asof import AsOf
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",

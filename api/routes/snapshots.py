@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from engram.api.deps import CurrentPrincipal, CurrentRuntime, TenantId, get_principal, governs, not_found
+from engram.api.errors import problem, responses
+from engram.api.models import SnapshotOut, SnapshotsOut
 from fastapi import APIRouter, Depends
-
-from api.deps import CurrentPrincipal, CurrentRuntime, TenantId, get_principal, governs, not_found
-from api.errors import problem, responses
-from api.models import SnapshotOut, SnapshotsOut
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/snapshots",

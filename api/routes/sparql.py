@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from engram.api.deps import CurrentPrincipal, CurrentRuntime, TenantStore, get_principal, governs
+from engram.api.errors import problem, responses
+from engram.api.models import EdgeModel
+from engram.projections import sparql
+from engram.projections.sparql_sandbox import Unavailable
 from fastapi import APIRouter, Depends, Header, Response
 from pydantic import Field, StrictStr
-
-from api.deps import CurrentPrincipal, CurrentRuntime, TenantStore, get_principal, governs
-from api.errors import problem, responses
-from api.models import EdgeModel
-from projections import sparql
-from projections.sparql_sandbox import Unavailable
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",

@@ -25,7 +25,7 @@ def ttl_seconds(text: str) -> float:
 def token(settings: Settings, args: argparse.Namespace) -> int:
     """Mint an HS256 bearer token with this deployment's secret (ENGRAM_AUTH_SECRET or the data
     directory's auth-secret), for the embedded default and for tests."""
-    from api.auth import mint
+    from engram.api.auth import mint
 
     teams = [t.strip() for t in (args.teams or "").split(",") if t.strip()]
     try:

@@ -11,7 +11,7 @@ from engram.settings import Settings
 
 
 def schema_history(settings: Settings, args: argparse.Namespace) -> int:
-    from streams import schema_history
+    from engram.streams import schema_history
 
     return schema_history.main(["--check"] if args.check else [])
 
@@ -19,6 +19,7 @@ def schema_history(settings: Settings, args: argparse.Namespace) -> int:
 def bench(settings: Settings, args: argparse.Namespace) -> int:
     script = Path("bench") / f"{args.name}.py"
     if not script.exists():
-        print(f"no benchmark {script} (run from the repository root)", file=sys.stderr)
+        print(f"no benchmark {script} here: benchmarks run from a source checkout (cd into it); "
+              "they are not part of the installed package", file=sys.stderr)  # fmt: skip
         return 2
     return subprocess.call([sys.executable, str(script), *args.bench_args])

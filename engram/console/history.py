@@ -17,11 +17,11 @@ def replay(settings: Settings, args: argparse.Namespace) -> int:
     import tempfile
     import time
 
-    from projections.read import export_nquads
-    from streams.asof import parse_as_of, replay_end
-    from streams.objects import open_objects
-    from streams.replay import replay_tenant
-    from streams.snapshots import Snapshots
+    from engram.projections.read import export_nquads
+    from engram.streams.asof import parse_as_of, replay_end
+    from engram.streams.objects import open_objects
+    from engram.streams.replay import replay_tenant
+    from engram.streams.snapshots import Snapshots
 
     try:
         at = parse_as_of(args.as_of) if args.as_of else None
@@ -78,8 +78,8 @@ def archive(settings: Settings, args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from streams.archiver import archive_status, run_until_signalled
-    from streams.objects import open_objects
+    from engram.streams.archiver import archive_status, run_until_signalled
+    from engram.streams.objects import open_objects
 
     objects = open_objects(settings)
     if args.action == "run":

@@ -15,8 +15,8 @@ log = logging.getLogger("engram.cli")
 
 
 def kafka(settings: Settings, args: argparse.Namespace) -> int:
-    from streams import kafka_local
-    from streams.topics import ensure_topics
+    from engram.streams import kafka_local
+    from engram.streams.topics import ensure_topics
 
     match args.action:
         case "start":
@@ -42,7 +42,7 @@ def kafka(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def s3(settings: Settings, args: argparse.Namespace) -> int:
-    from streams import s3_local
+    from engram.streams import s3_local
 
     match args.action:
         case "start":
@@ -67,8 +67,8 @@ def s3(settings: Settings, args: argparse.Namespace) -> int:
 def serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.main import create_app
-    from api.server import uvicorn_config
+    from engram.api.main import create_app
+    from engram.api.server import uvicorn_config
     from engram.process import running
 
     print(settings.data_dir_notice(), file=sys.stderr, flush=True)  # where its secret and stores are
@@ -97,12 +97,12 @@ def worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def seed_demo(settings: Settings) -> None:
-    from api.auth import mint
-    from projections.knowledge import load_knowledge
-    from streams.embedder import load_embedder
-    from streams.keystore import KeyStore
-    from streams.pipeline import Pipeline
-    from streams.producer import EventProducer, produce_lines
+    from engram.api.auth import mint
+    from engram.projections.knowledge import load_knowledge
+    from engram.streams.embedder import load_embedder
+    from engram.streams.keystore import KeyStore
+    from engram.streams.pipeline import Pipeline
+    from engram.streams.producer import EventProducer, produce_lines
 
     if (settings.tenants_dir / "acme").exists():
         log.info("demo tenant acme already present; not seeding again")

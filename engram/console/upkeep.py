@@ -13,9 +13,9 @@ def rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
     stopped: a store has one opener)."""
     import time
 
-    from projections.knowledge import load_knowledge
-    from projections.stores import TenantStores
-    from streams.embedder import load_embedder
+    from engram.projections.knowledge import load_knowledge
+    from engram.projections.stores import TenantStores
+    from engram.streams.embedder import load_embedder
 
     embedder = load_embedder(settings.embedder)
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
@@ -50,7 +50,7 @@ def rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def vacuum(settings: Settings, args: argparse.Namespace) -> int:
-    from projections.stores import StoreLocked, TenantStores
+    from engram.projections.stores import StoreLocked, TenantStores
 
     stores = TenantStores(settings.tenants_dir)
     try:

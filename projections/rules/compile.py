@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from pyoxigraph import BlankNode, Literal, NamedNode
-
-from projections.rules.program import (
+from engram.projections.rules.program import (
     RDF_TYPE,
     Aggregate,
     Atom,
@@ -25,6 +23,7 @@ from projections.rules.program import (
     Term,
     Var,
 )
+from pyoxigraph import BlankNode, Literal, NamedNode
 
 Value = NamedNode | BlankNode | Literal  # what a variable stands for in a fact or a solution
 Binding = Mapping[str, Value]  # values of some of a rule's variables

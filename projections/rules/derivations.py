@@ -11,21 +11,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyoxigraph import Store
-
-from projections.rules import compile as sparql
-from projections.rules.compile import Value
-from projections.rules.program import Rule
-from projections.rules.strata import (
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Value
+from engram.projections.rules.program import Rule
+from engram.projections.rules.strata import (
     Fact,
     Graphs,
     instantiate,
     unify,
 )
-from projections.rules.stratify import body_atoms
+from engram.projections.rules.stratify import body_atoms
+from pyoxigraph import Store
 
 if TYPE_CHECKING:
-    from projections.rules.engine import RuleEngine
+    from engram.projections.rules.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 

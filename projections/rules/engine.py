@@ -28,15 +28,13 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyoxigraph import Literal, NamedNode, Quad, Store
-
-from projections.rules import compile as sparql
-from projections.rules.compile import Binding, Value
-from projections.rules.derivations import Derivation, DerivationInput, Explaining
-from projections.rules.incremental import Incremental
-from projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
-from projections.rules.rank import Ranking, _check_ranks
-from projections.rules.strata import (
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Binding, Value
+from engram.projections.rules.derivations import Derivation, DerivationInput, Explaining
+from engram.projections.rules.incremental import Incremental
+from engram.projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
+from engram.projections.rules.rank import Ranking, _check_ranks
+from engram.projections.rules.strata import (
     RDF_TYPE_NODE,
     Fact,
     Graphs,
@@ -45,7 +43,8 @@ from projections.rules.strata import (
     index_stratum,
     instantiate,
 )
-from projections.rules.stratify import stratify
+from engram.projections.rules.stratify import stratify
+from pyoxigraph import Literal, NamedNode, Quad, Store
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,10 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from pyoxigraph import Quad, QueryBoolean, Store, Triple
-
-from projections.rules import compile as sparql
-from projections.rules.compile import Binding
-from projections.rules.program import Aggregate, Rank, Var
-from projections.rules.strata import (
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Binding
+from engram.projections.rules.program import Aggregate, Rank, Var
+from engram.projections.rules.strata import (
     READ_AS_IS,
     Fact,
     Graphs,
@@ -29,9 +27,10 @@ from projections.rules.strata import (
     _Trigger,
     unify,
 )
+from pyoxigraph import Quad, QueryBoolean, Store, Triple
 
 if TYPE_CHECKING:
-    from projections.rules.engine import RuleEngine
+    from engram.projections.rules.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 

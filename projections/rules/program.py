@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode
-
-from schemas import vocabulary as v
 
 RDF_TYPE = v.RDF_TYPE
 XSD = v.XSD

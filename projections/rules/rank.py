@@ -11,11 +11,9 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from pyoxigraph import Literal, NamedNode, Quad, Store
-
-from projections.rules.compile import Value
-from projections.rules.program import Rank, Rule, RuleSyntaxError, Var
-from projections.rules.strata import (
+from engram.projections.rules.compile import Value
+from engram.projections.rules.program import Rank, Rule, RuleSyntaxError, Var
+from engram.projections.rules.strata import (
     Fact,
     Graphs,
     TriggerKind,
@@ -24,10 +22,11 @@ from projections.rules.strata import (
     instantiate,
     unify,
 )
-from projections.rules.stratify import unifiable
+from engram.projections.rules.stratify import unifiable
+from pyoxigraph import Literal, NamedNode, Quad, Store
 
 if TYPE_CHECKING:
-    from projections.rules.engine import RuleEngine
+    from engram.projections.rules.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 

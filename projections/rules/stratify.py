@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from projections.rules.program import Aggregate, Atom, Negation, Rank, Rule, Var
+from engram.projections.rules.program import Aggregate, Atom, Negation, Rank, Rule, Var
 
 
 class StratificationError(ValueError):

@@ -17,9 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pyoxigraph import Literal, NamedNode
-
-from projections.rules.program import (
+from engram.projections.rules.program import (
     AGGREGATES,
     RDF_TYPE,
     XSD,
@@ -40,6 +38,7 @@ from projections.rules.program import (
     check_safe,
     expr_vars,
 )
+from pyoxigraph import Literal, NamedNode
 
 
 class _Parser:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from streams.embedder.base import Embedder
-from streams.embedder.hashing import DEFAULT_HASHING_DIM, HashingEmbedder
-from streams.embedder.minilm import MINILM_ID, MINILM_PACKAGE, MiniLM, minilm_model_dir
+from engram.streams.embedder.base import Embedder
+from engram.streams.embedder.hashing import DEFAULT_HASHING_DIM, HashingEmbedder
+from engram.streams.embedder.minilm import MINILM_ID, MINILM_PACKAGE, MiniLM, minilm_model_dir
 
 __all__ = [
     "DEFAULT_HASHING_DIM",

@@ -13,8 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-
-from streams.embedder.base import F32
+from engram.streams.embedder.base import F32
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,7 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-
-from streams.embedder.base import F32, check_texts, normalise_rows
+from engram.streams.embedder.base import F32, check_texts, normalise_rows
 
 DEFAULT_HASHING_DIM = 256
 _WORD = re.compile(r"\w+")

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from streams.embedder import bert
-from streams.embedder.base import F32, check_texts, normalise_rows
-from streams.embedder.blas import blas_threads
+from engram.streams.embedder import bert
+from engram.streams.embedder.base import F32, check_texts, normalise_rows
+from engram.streams.embedder.blas import blas_threads
 
 if TYPE_CHECKING:  # imported lazily at run time, so importing this module stays cheap
     from tokenizers import Tokenizer

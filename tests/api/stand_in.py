@@ -7,15 +7,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka.errors import KafkaConnectionError
+from engram.api.auth import mint
+from engram.api.main import create_app
+from engram.commands.writes import Commands
+from engram.projections.knowledge import load_knowledge
+from engram.streams.embedder import load_embedder
 from fastapi.testclient import TestClient
 
-from api.auth import mint
-from api.main import create_app
-from commands.writes import Commands
 from engram.process import running
 from engram.settings import load_settings
-from projections.knowledge import load_knowledge
-from streams.embedder import load_embedder
 
 
 class NoLog:

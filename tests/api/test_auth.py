@@ -11,8 +11,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from engram.api.auth import BadToken, Verifier, mint
 
-from api.auth import BadToken, Verifier, mint
 from engram.cli import main as engram
 from engram.settings import load_settings
 from tests.api.stand_in import SECRET, client
@@ -188,7 +188,7 @@ def test_each_principal_has_its_own_rate_limit() -> None:
 
 
 def test_a_bucket_refills_at_the_rate() -> None:
-    from api.limits import RateLimits
+    from engram.api.limits import RateLimits
 
     limits = RateLimits(per_s=2.0, burst=2)
     key = ("acme", "sam")

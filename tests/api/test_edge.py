@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.api.deps import IDEMPOTENCY_NAMESPACE, event_id_for
+from engram.api.limits import RequestLimits
+from engram.commands.writes import RecentWrites
+from engram.projections.knowledge import DEFAULT_RULES_DIR
+from engram.projections.read import typed
+from engram.projections.rules.syntax import load_rules
+from engram.schemas import vocabulary as v
 from fastapi.testclient import TestClient
 from pyoxigraph import Literal, NamedNode
 
-from api.deps import IDEMPOTENCY_NAMESPACE, event_id_for
-from api.limits import RequestLimits
-from commands.writes import RecentWrites
 from engram.settings import load_settings
-from projections.knowledge import DEFAULT_RULES_DIR
-from projections.read import typed
-from projections.rules.syntax import load_rules
-from schemas import vocabulary as v
 from tests.api.stand_in import client
 from tests.corpus import Body, http_bodies
 
@@ -150,7 +150,7 @@ def test_types_are_not_coerced(api: TestClient, path: str, change: dict) -> None
 
 
 def test_strict_models_still_take_what_json_means() -> None:
-    from api.models import KpiCreate, MemoryCreate
+    from engram.api.models import KpiCreate, MemoryCreate
 
     kpi = KpiCreate.model_validate({**KPI, "value": 3})  # an integer is a number
     assert MemoryCreate.model_validate({**MEMORY, "importance": 4.0}).importance == 4  # JSON Schema's integer
@@ -391,7 +391,7 @@ def test_the_docs_page_needs_no_internet(api: TestClient) -> None:
 def test_a_store_another_process_holds_is_503_with_a_reason(tmp_path: Path) -> None:
     """Two servers on one data directory: the second cannot open a tenant's RocksDB store. That
     is the deployment's fault, not the client's and not a crash: 503, why, and when to retry."""
-    from projections.stores import TenantStores
+    from engram.projections.stores import TenantStores
 
     holder = TenantStores(tmp_path)
     assert holder.get("acme", create=True) is not None  # this opener keeps the lock

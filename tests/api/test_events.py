@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
+from engram.streams import codec
+from engram.streams.topics import ensure_topics, partition_for
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from streams import codec
-from streams.topics import ensure_topics, partition_for
 from tests.factories import event
 
 pytestmark = pytest.mark.integration

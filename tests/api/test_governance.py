@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from engram.schemas.events import event_from_json
+from engram.streams.producer import EventProducer
+from engram.streams.topics import ensure_topics
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from schemas.events import event_from_json
-from streams.producer import EventProducer
-from streams.topics import ensure_topics
 
 SAM = {"role": "user", "user": "sam", "teams": ["growth"]}
 ANN = {"role": "user", "user": "ann", "teams": ["brand"]}

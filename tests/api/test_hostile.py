@@ -19,13 +19,13 @@ from typing import Any
 
 import httpx
 import pytest
+from engram.api.deps import IDEMPOTENCY_NAMESPACE
+from engram.schemas.checks import InvalidEvent, parse_time
+from engram.streams.producer import EventProducer, produce_lines
+from engram.streams.topics import ensure_topics
 
-from api.deps import IDEMPOTENCY_NAMESPACE
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from schemas.checks import InvalidEvent, parse_time
-from streams.producer import EventProducer, produce_lines
-from streams.topics import ensure_topics
 from tests.corpus import http_bodies, times
 from tests.factories import envelope, remembered
 

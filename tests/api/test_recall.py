@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.schemas.events import event_from_json
+from engram.streams.embedder import load_embedder
+from engram.streams.objects import S3Objects, open_objects
+from engram.streams.pipeline import embed_missing
+from engram.streams.producer import EventProducer
+from engram.streams.topics import ensure_topics
 
 from engram.evaluation import load_chats, recall_at, remember_lines
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from schemas.events import event_from_json
-from streams.embedder import load_embedder
-from streams.objects import S3Objects, open_objects
-from streams.pipeline import embed_missing
-from streams.producer import EventProducer
-from streams.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 

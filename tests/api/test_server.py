@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from engram.schemas.events import Actor
+from engram.streams import codec
 
 from engram.harness import Server
 from engram.settings import Settings
-from schemas.events import Actor
-from streams import codec
 from tests.factories import event, remembered
 
 pytestmark = pytest.mark.integration

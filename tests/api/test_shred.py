@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from engram.projections.read import export_nquads
+from engram.schemas import sealing
+from engram.streams.objects import Objects, open_objects
+from engram.streams.replay import replay_tenant
 
 from engram.harness import Server
 from engram.settings import Settings
-from projections.read import export_nquads
-from schemas import sealing
-from streams.objects import Objects, open_objects
-from streams.replay import replay_tenant
 
 
 async def topic_bytes(settings: Settings, topic: str) -> bytes:

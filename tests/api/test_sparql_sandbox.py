@@ -37,7 +37,7 @@ def server(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """One server for the module, its SPARQL limit short; two tenants with a memory each."""
     import asyncio
 
-    from streams.topics import ensure_topics
+    from engram.streams.topics import ensure_topics
 
     tmp = tmp_path_factory.mktemp("sparql")
     settings = isolated_settings(broker, tmp / "data").model_copy(update={"sparql_timeout_s": LIMIT_S})

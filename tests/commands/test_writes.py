@@ -9,14 +9,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from engram.api.runtime import Runtime
+from engram.commands.answers import Attribution, Conflicting, Invalid, NotFound, Refused
+from engram.projections.read import get_memory, memory_statuses
+from engram.projections.terms import CLOCK, e, user_iri
+from engram.schemas.events import Actor
 
-from api.runtime import Runtime
-from commands.answers import Attribution, Conflicting, Invalid, NotFound, Refused
 from engram.process import running
 from engram.settings import Settings
-from projections.read import get_memory, memory_statuses
-from projections.terms import CLOCK, e, user_iri
-from schemas.events import Actor
 
 OPERATOR = Attribution(source="operator", actor=Actor("dana", "operator"))
 PIPELINE = Attribution(source="pipeline", actor=Actor("etl", "pipeline"))

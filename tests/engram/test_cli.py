@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from engram.streams.topics import partition_for
 
 from engram.harness import settings_env
 from engram.settings import Settings
-from streams.topics import partition_for
 from tests.factories import envelope, remembered
 
 pytestmark = pytest.mark.integration
@@ -153,7 +153,7 @@ def test_vacuum_names_what_it_cannot_vacuum(settings: Settings) -> None:
 
 
 def test_vacuum_of_a_store_a_server_holds_says_so_and_changes_nothing(settings: Settings) -> None:
-    from projections.stores import TenantStores
+    from engram.projections.stores import TenantStores
 
     held = TenantStores(settings.tenants_dir).get("acme", create=True)  # as a running server would
     assert held is not None

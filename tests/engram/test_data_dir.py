@@ -13,8 +13,8 @@ from pathlib import Path
 
 import platformdirs
 import pytest
+from engram.api.auth import Verifier
 
-from api.auth import Verifier
 from engram.settings import REPO, load_settings
 
 TOKEN = ["token", "acme", "--role", "operator", "--user", "dana"]
@@ -91,13 +91,14 @@ def test_engram_serve_prints_its_data_directory_first(
 ) -> None:
     """The first line ``engram serve`` writes says where its secret and stores are (the app is
     stopped from being built: what is checked is what comes before it)."""
-    import api.main
+    import engram.api.main
+
     from engram.cli import main
 
     def refuse(*args: object) -> None:
         raise RuntimeError("not built in this test")
 
-    monkeypatch.setattr(api.main, "create_app", refuse)
+    monkeypatch.setattr(engram.api.main, "create_app", refuse)
     assert main(["serve"]) == 1
     first, *rest = capsys.readouterr().err.splitlines()
     data_dir = home / "data" / "engram"

@@ -59,7 +59,8 @@ def test_every_cli_command_is_in_the_cli_page_and_the_readme_names_the_page() ->
 
 
 def test_every_route_is_in_the_http_api_page(tmp_path: Path) -> None:
-    from api.main import create_app
+    from engram.api.main import create_app
+
     from engram.process import running
     from engram.settings import load_settings
 

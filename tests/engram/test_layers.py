@@ -1,5 +1,8 @@
 """The import layers hold: the contracts in pyproject.toml ([tool.importlinter]) are kept, and a
-back-edge breaks them (so a kept contract means something)."""
+back-edge breaks them (so a kept contract means something).
+
+import-linter reads packages from the file system, so it is run on the installed layout (engram/
+with each stage folder inside it, as the wheel holds them), copied from the checkout."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("engram", "api", "commands", "streams", "projections", "schemas")
+STAGES = ("api", "commands", "streams", "projections", "schemas", "ontology", "rules")
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 
 
@@ -22,19 +25,27 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_the_import_contracts_are_kept() -> None:
-    done = lint_imports(REPO)
+def installed_layout(root: Path) -> Path:
+    """The checkout's packages as the wheel installs them, under ``root``; returns ``root``."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "engram", root / "engram", ignore=ignore)
+    for stage in STAGES:
+        shutil.copytree(REPO / stage, root / "engram" / stage, ignore=ignore)
+    shutil.copy(REPO / "pyproject.toml", root)
+    return root
+
+
+def test_the_import_contracts_are_kept(tmp_path: Path) -> None:
+    done = lint_imports(installed_layout(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
 
 
 def test_a_back_edge_breaks_the_layers(tmp_path: Path) -> None:
     """projections importing streams (the edge the Keys protocol removed) fails the contract."""
-    for package in PACKAGES:
-        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", tmp_path)
-    stores = tmp_path / "projections" / "stores.py"
-    stores.write_text(stores.read_text() + "\nfrom streams.keystore import KeyStore  # noqa\n")
-    done = lint_imports(tmp_path)
+    root = installed_layout(tmp_path)
+    stores = root / "engram" / "projections" / "stores.py"
+    stores.write_text(stores.read_text() + "\nfrom engram.streams.keystore import KeyStore  # noqa\n")
+    done = lint_imports(root)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "projections.stores -> streams.keystore" in done.stdout
+    assert "engram.projections.stores -> engram.streams.keystore" in done.stdout

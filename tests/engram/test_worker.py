@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from engram.projections.read import export_nquads
+from engram.projections.stores import TenantStores
+from engram.streams.lag import LagMonitor
 
 from engram.harness import settings_env
 from engram.settings import Settings
-from projections.read import export_nquads
-from projections.stores import TenantStores
-from streams.lag import LagMonitor
 from tests.factories import envelope, remembered
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ WORKER = (
     "from engram.cli import main\n"
     "code = main(['worker'])\n"
     f"web = sorted(m for m in sys.modules if m.split('.')[0] in {WEB!r})\n"
-    "seen = {'web': web, 'projector': 'streams.projector' in sys.modules}\n"
+    "seen = {'web': web, 'projector': 'engram.streams.projector' in sys.modules}\n"
     "open(sys.argv[1], 'w').write(json.dumps(seen))\n"
     "sys.exit(code)\n"
 )

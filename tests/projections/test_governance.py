@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.projections import governance
+from engram.projections.governance import Forbidden
+from engram.projections.knowledge import load_knowledge
+from engram.projections.plan import FactSet
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Status
+from engram.projections.terms import e, memory_iri
+from engram.projections.validation import checked_plan
+from engram.schemas import payloads
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Position
+from engram.streams import codec, projector
 
-from projections import governance
-from projections.governance import Forbidden
-from projections.knowledge import load_knowledge
-from projections.plan import FactSet
-from projections.stores import TenantStores
-from projections.tenant_graph import Status
-from projections.terms import e, memory_iri
-from projections.validation import checked_plan
-from schemas import payloads
-from schemas.checks import InvalidEvent
-from schemas.events import Position
-from streams import codec, projector
 from tests.factories import EXAMPLES, envelope, event, remembered
 
 KNOWLEDGE = load_knowledge()

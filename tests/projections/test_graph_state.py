@@ -8,16 +8,16 @@ import random
 import tempfile
 from pathlib import Path
 
+from engram.projections.knowledge import load_knowledge
+from engram.projections.plan import FactSet, GraphState, no_facts
+from engram.projections.tenant_graph import Status, TenantGraph
+from engram.projections.terms import ASSERTED, VECTORS
+from engram.projections.validation import PLAN_ERRORS, checked_plan
+from engram.schemas.events import Position, event_from_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyoxigraph import NamedNode
 
-from projections.knowledge import load_knowledge
-from projections.plan import FactSet, GraphState, no_facts
-from projections.tenant_graph import Status, TenantGraph
-from projections.terms import ASSERTED, VECTORS
-from projections.validation import PLAN_ERRORS, checked_plan
-from schemas.events import Position, event_from_json
 from tests.factories import EXAMPLES, event, random_stream
 
 KNOWLEDGE = load_knowledge()

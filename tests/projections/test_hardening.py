@@ -15,22 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.projections.read import get_memory
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Status, TenantGraph
+from engram.projections.terms import ASSERTED, CLOCK, INFERRED, e, time_literal
+from engram.projections.terms import value_literal as literal_of
+from engram.schemas import payloads as ev
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Actor, Event, Position, content_digest, event_from_json
+from engram.streams import codec, projector
+from engram.streams.pipeline import MAX_EVENT_BYTES, parse_lines
+from engram.streams.topics import partition_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyoxigraph import NamedNode, Quad, Store
 
-from projections.read import get_memory
-from projections.stores import TenantStores
-from projections.tenant_graph import Status, TenantGraph
-from projections.terms import ASSERTED, CLOCK, INFERRED, e, time_literal
-from projections.terms import value_literal as literal_of
-from schemas import payloads as ev
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
-from schemas.events import Actor, Event, Position, content_digest, event_from_json
-from streams import codec, projector
-from streams.pipeline import MAX_EVENT_BYTES, parse_lines
-from streams.topics import partition_for
 from tests.factories import envelope, event, remembered, unchecked_event
 from tests.tenant import Tenant
 
@@ -209,7 +209,7 @@ def test_event_ids_are_canonical() -> None:
         {"now": datetime.now(UTC)},
     )
     with pytest.raises(InvalidEvent, match="canonical"):
-        from schemas.events import validate
+        from engram.schemas.events import validate
 
         validate(raw)
 

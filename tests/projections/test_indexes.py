@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from engram.projections.context import ContextOptions, build_context
+from engram.projections.indexes import TenantIndexes
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Status
+from engram.projections.visibility import Principal
+from engram.schemas.events import Position
+from engram.streams.embedder import embedding_text, load_embedder
+from engram.streams.pipeline import embed_missing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import ContextOptions, build_context
-from projections.indexes import TenantIndexes
-from projections.stores import TenantStores
-from projections.tenant_graph import Status
-from projections.visibility import Principal
-from schemas.events import Position
-from streams.embedder import embedding_text, load_embedder
-from streams.pipeline import embed_missing
 from tests.factories import event, remembered
 
 EMB = load_embedder("hashing")
@@ -227,7 +227,7 @@ def test_engram_rebuild_index_rebuilds_both_with_progress(
 
 
 def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:
-    from projections.visibility import memory_facts
+    from engram.projections.visibility import memory_facts
 
     t = Tenant(tmp_path)
     t.apply("MemoryRemembered", remembered("c", importance=5, memory_class="BrandVoiceMemory"))

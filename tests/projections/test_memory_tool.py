@@ -10,15 +10,15 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from engram.api.models import MemoryCreate
+from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
+from engram.projections.memory_tool import memory_tool
+from engram.projections.plan import no_facts
+from engram.projections.validation import checked_plan
+from engram.schemas import vocabulary as v
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Position
 
-from api.models import MemoryCreate
-from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
-from projections.memory_tool import memory_tool
-from projections.plan import no_facts
-from projections.validation import checked_plan
-from schemas import vocabulary as v
-from schemas.checks import InvalidEvent
-from schemas.events import Position
 from tests.factories import event
 
 KNOWLEDGE = load_knowledge()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from projections.context import _conflicts, block_title
-from projections.knowledge import load_knowledge
-from projections.recall import Hit, RecallQuery, eligible, forgetting, fuse, pack, rank, recency
-from projections.visibility import MemoryFacts, Principal
-from schemas import vocabulary as v
+from engram.projections.context import _conflicts, block_title
+from engram.projections.knowledge import load_knowledge
+from engram.projections.recall import Hit, RecallQuery, eligible, forgetting, fuse, pack, rank, recency
+from engram.projections.visibility import MemoryFacts, Principal
+from engram.schemas import vocabulary as v
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

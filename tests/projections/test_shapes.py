@@ -6,13 +6,12 @@ from typing import Any
 
 import pyshacl
 import rdflib
+from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, load_knowledge
+from engram.projections.shapes import ShapesError, load_shapes
+from engram.schemas import vocabulary as v
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyoxigraph import Literal, NamedNode
-
-from projections.knowledge import DEFAULT_ONTOLOGY_DIR, load_knowledge
-from projections.shapes import ShapesError, load_shapes
-from schemas import vocabulary as v
 
 E = v.ENGRAM
 XSD = v.XSD
@@ -94,7 +93,7 @@ def test_unsupported_shacl_is_refused(tmp_path: Any) -> None:
 
 
 def test_sh_pattern_dollar_is_the_end_of_the_text_not_before_a_final_newline() -> None:
-    from projections.shapes import xpath_regex
+    from engram.projections.shapes import xpath_regex
 
     currency = xpath_regex("^[A-Z]{3}$")
     assert currency.search("USD") and not currency.search("USD\n") and not currency.search("USDX")

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from engram.projections.no_network import SandboxUnavailable, program
+from engram.projections.sparql import NO_NETWORK, Answer, QueryRefused, answer
+from engram.projections.sparql_sandbox import Sandbox, Unavailable
+from engram.projections.terms import ASSERTED
 from pyoxigraph import Literal, NamedNode, Quad, Store
 
-from projections.no_network import SandboxUnavailable, program
-from projections.sparql import NO_NETWORK, Answer, QueryRefused, answer
-from projections.sparql_sandbox import Sandbox, Unavailable
-from projections.terms import ASSERTED
 from tests.factories import remembered
 from tests.tenant import Tenant
 

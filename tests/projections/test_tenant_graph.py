@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from projections.read import export_nquads, get_memory, list_memory_ids
-from projections.tenant_graph import Status, TenantGraph
-from schemas.events import Position
+from engram.projections.read import export_nquads, get_memory, list_memory_ids
+from engram.projections.tenant_graph import Status, TenantGraph
+from engram.schemas.events import Position
+
 from tests.factories import EXAMPLES, event, remembered
 from tests.tenant import Tenant
 

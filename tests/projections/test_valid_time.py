@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from projections.visibility import held_at
+from engram.projections.visibility import held_at
+
 from tests.factories import remembered
 from tests.tenant import Tenant
 

@@ -9,17 +9,17 @@ from enum import StrEnum
 from typing import Any
 
 import pytest
+from engram.api.models import KpiCreate, MemoryCreate, RecallRequest
+from engram.projections.governance import DECISIONS
+from engram.projections.knowledge import load_knowledge
+from engram.projections.memory_tool import memory_tool
+from engram.projections.plan import FIELD_PREDICATES, PLANNERS, FactSet
+from engram.projections.validation import checked_plan
+from engram.schemas import avro_dir
+from engram.schemas import payloads as ev
+from engram.schemas import vocabulary as v
+from engram.schemas.events import Position
 
-from api.models import KpiCreate, MemoryCreate, RecallRequest
-from projections.governance import DECISIONS
-from projections.knowledge import load_knowledge
-from projections.memory_tool import memory_tool
-from projections.plan import FIELD_PREDICATES, PLANNERS, FactSet
-from projections.validation import checked_plan
-from schemas import avro_dir
-from schemas import payloads as ev
-from schemas import vocabulary as v
-from schemas.events import Position
 from tests.factories import EXAMPLES, event, remembered
 
 MISSING = object()

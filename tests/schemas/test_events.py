@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import event_from_json
+from engram.schemas.payloads import mint_memory_id
+from engram.streams.pipeline import parse_lines
 
-from schemas.checks import InvalidEvent
-from schemas.events import event_from_json
-from schemas.payloads import mint_memory_id
-from streams.pipeline import parse_lines
 from tests.factories import envelope, remembered
 
 

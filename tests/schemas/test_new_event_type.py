@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("schemas", "projections", "streams", "engram", "ontology", "rules")
+# copied as the wheel installs them (each stage folder inside engram/), so the copy is what imports
+STAGES = ("schemas", "projections", "streams", "commands", "api", "ontology", "rules")
 
 AVSC = {
     "type": "record",
@@ -54,13 +55,13 @@ EXAMPLE = '\nEXAMPLES["MemoryPinned"] = {"memory_id": "m1", "note": "always show
 CHECK = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from projections import governance
-from projections.knowledge import load_knowledge
-from projections.plan import FactSet
-from projections.validation import checked_plan
-from schemas.events import Position
-from streams import codec
-from streams.pipeline import Pipeline
+from engram.projections import governance
+from engram.projections.knowledge import load_knowledge
+from engram.projections.plan import FactSet
+from engram.projections.validation import checked_plan
+from engram.schemas.events import Position
+from engram.streams import codec
+from engram.streams.pipeline import Pipeline
 from tests.factories import EXAMPLES, envelope, event, remembered
 
 pipeline = Pipeline(load_knowledge())
@@ -92,12 +93,15 @@ def insert_before(path: Path, marker: str, text: str) -> None:
 
 
 def follow_the_recipe(root: Path, *, governance_step: bool) -> None:
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "engram", root / "engram", ignore=ignore)
+    for stage in STAGES:
+        shutil.copytree(ROOT / stage, root / "engram" / stage, ignore=ignore)
+    code = root / "engram"
     (root / "tests").mkdir()
     for name in ("__init__.py", "factories.py"):
         shutil.copy(ROOT / "tests" / name, root / "tests" / name)
-    avro = root / "schemas" / "avro"
+    avro = code / "schemas" / "avro"
     # 1. the record
     (avro / "engram.events.MemoryPinned.avsc").write_text(json.dumps(AVSC, indent=2) + "\n")
     # 2. the Envelope's union
@@ -115,10 +119,10 @@ def follow_the_recipe(root: Path, *, governance_step: bool) -> None:
     )
     assert done.returncode == 0, done.stderr
     # 4. the payload class, 5. its planner, 6. its governance decision, 7. its example
-    insert_before(root / "schemas" / "payloads.py", "def _subclasses(", PAYLOAD_CLASS)
-    insert_before(root / "projections" / "plan.py", "_unplanned = ", PLANNER)
+    insert_before(code / "schemas" / "payloads.py", "def _subclasses(", PAYLOAD_CLASS)
+    insert_before(code / "projections" / "plan.py", "_unplanned = ", PLANNER)
     if governance_step:
-        insert_before(root / "projections" / "governance.py", "def undecided(", GOVERNANCE)
+        insert_before(code / "projections" / "governance.py", "def undecided(", GOVERNANCE)
     (root / "tests" / "factories.py").write_text((root / "tests" / "factories.py").read_text() + EXAMPLE)
 
 
@@ -135,7 +139,7 @@ def run_check(root: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_documented_recipe_adds_an_event_type_that_round_trips_and_is_governed(tmp_path: Path) -> None:
     follow_the_recipe(tmp_path, governance_step=True)
-    history = list((tmp_path / "schemas" / "avro" / "history").glob("*.avsc"))
+    history = list((tmp_path / "engram" / "schemas" / "avro" / "history").glob("*.avsc"))
     assert len(history) == len(list((ROOT / "schemas" / "avro" / "history").glob("*.avsc"))) + 1
     done = run_check(tmp_path)
     assert done.returncode == 0, done.stderr

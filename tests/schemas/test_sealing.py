@@ -8,14 +8,14 @@ import os
 from typing import Any
 
 import pytest
+from engram.schemas import payloads as ev
+from engram.schemas import sealing
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event, content_digest, validate
+from engram.streams import codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import payloads as ev
-from schemas import sealing
-from schemas.checks import InvalidEvent
-from schemas.events import Event, content_digest, validate
-from streams import codec
 from tests.factories import event, remembered
 
 KEY = os.urandom(32)

@@ -10,16 +10,16 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from engram.api.models import ClockTick, MemoryCreate, MemoryPatch, RecallRequest
+from engram.schemas.checks import InvalidEvent, parse_time
+from engram.schemas.periods import parse_period
+from engram.streams import codec
+from engram.streams.pipeline import parse_lines
 from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from api.models import ClockTick, MemoryCreate, MemoryPatch, RecallRequest
-from schemas.checks import InvalidEvent, parse_time
-from schemas.periods import parse_period
-from streams import codec
-from streams.pipeline import parse_lines
 from tests.corpus import times
 from tests.factories import envelope
 
@@ -170,6 +170,6 @@ def test_a_raw_record_with_a_time_out_of_range_is_undecodable_with_its_reason(ms
 
 
 def _tick() -> Any:
-    from schemas.events import event_from_json
+    from engram.schemas.events import event_from_json
 
     return event_from_json(envelope("ClockTicked", {"now": "2026-01-01T00:00:00Z"}, tenant="acme"))

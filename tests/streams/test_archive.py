@@ -24,12 +24,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
-from engram.harness import Server, isolated_settings, settings_env
-from engram.settings import Settings
-from projections.read import export_nquads
-from streams import codec
-from streams.archive_read import (
+from engram.projections.read import export_nquads
+from engram.streams import codec
+from engram.streams.archive_read import (
     ArchiveGap,
     LogRecord,
     Manifest,
@@ -38,12 +35,15 @@ from streams.archive_read import (
     read_archived,
     topic_root,
 )
-from streams.archiver import Archiver, archive_status
-from streams.keystore import KeyStore
-from streams.objects import LocalObjects, Objects
-from streams.pipeline import seal as seal_event
-from streams.replay import replay_tenant
-from streams.topics import partition_count, partition_for
+from engram.streams.archiver import Archiver, archive_status
+from engram.streams.keystore import KeyStore
+from engram.streams.objects import LocalObjects, Objects
+from engram.streams.pipeline import seal as seal_event
+from engram.streams.replay import replay_tenant
+from engram.streams.topics import partition_count, partition_for
+
+from engram.harness import Server, isolated_settings, settings_env
+from engram.settings import Settings
 from tests.factories import event, remembered
 
 pytestmark = pytest.mark.integration

@@ -9,14 +9,14 @@ import random
 import tempfile
 from pathlib import Path
 
+from engram.projections.read import export_nquads
+from engram.projections.stores import TenantStores
+from engram.schemas.events import Position, event_from_json
+from engram.streams import codec, projector
+from engram.streams.topics import partition_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.read import export_nquads
-from projections.stores import TenantStores
-from schemas.events import Position, event_from_json
-from streams import codec, projector
-from streams.topics import partition_for
 from tests.factories import random_stream
 
 PARTITIONS = 2

@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from engram.schemas import ENVELOPE_FILE, avro_dir, history_dir, payloads
+from engram.schemas.events import Event
+from engram.streams import codec, schema_history
 from fastavro.schema import load_schema, parse_schema
 
-from schemas import ENVELOPE_FILE, avro_dir, history_dir, payloads
-from schemas.events import Event
-from streams import codec, schema_history
 from tests.factories import EXAMPLES, event
 
 

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from engram.projections.read import export_nquads
+from engram.schemas.events import event_from_json
+from engram.streams.producer import EventProducer
+from engram.streams.replay import replay_tenant
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from projections.read import export_nquads
-from schemas.events import event_from_json
-from streams.producer import EventProducer
-from streams.replay import replay_tenant
 from tests.factories import random_stream
 
 pytestmark = pytest.mark.integration

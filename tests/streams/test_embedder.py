@@ -13,10 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from streams.embedder import (
+from engram.streams.embedder import (
     DEFAULT_HASHING_DIM,
     MINILM_ID,
     Embedder,
@@ -26,7 +23,9 @@ from streams.embedder import (
     blas,
     load_embedder,
 )
-from streams.embedder import minilm as minilm_module
+from engram.streams.embedder import minilm as minilm_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SHORT = "The cat sat on the mat."
 RELATED = "A kitten is sitting on a rug."

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-
-from streams import embedding_worker
-from streams.embedder import MiniLM
-from streams.embedding_worker import EmbeddingWorker
+from engram.streams import embedding_worker
+from engram.streams.embedder import MiniLM
+from engram.streams.embedding_worker import EmbeddingWorker
 
 Q = "What did Caroline say about the adoption agency?"
 

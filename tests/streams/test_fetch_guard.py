@@ -13,8 +13,7 @@ from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
-
-from streams.fetch_guard import UNREADABLE, GuardedMemoryRecords, unreadable_reason
+from engram.streams.fetch_guard import UNREADABLE, GuardedMemoryRecords, unreadable_reason
 
 TP = TopicPartition("events", 0)
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

@@ -23,16 +23,16 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from engram.projections.read import export_nquads
+from engram.schemas.events import Actor
+from engram.streams import codec
+from engram.streams.replay import replay_tenant
+from engram.streams.topics import ensure_topics
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from projections.read import export_nquads
-from schemas.events import Actor
-from streams import codec
-from streams.replay import replay_tenant
-from streams.topics import ensure_topics
 from tests.factories import event, remembered, unchecked_event
 
 pytestmark = pytest.mark.integration
@@ -500,8 +500,7 @@ def test_unparseable_records_and_misplaced_ones_are_dead_lettered_and_compressed
     from aiokafka.producer import message_accumulator
     from aiokafka.producer import producer as producer_module
     from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
-
-    from streams.topics import partition_for
+    from engram.streams.topics import partition_for
 
     tenant = "parse-a"
     home = partition_for(tenant, settings.events_partitions)

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.projections.read import export_nquads, get_memory
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Status
+from engram.schemas import sealing
+from engram.schemas.events import Position
+from engram.streams import projector
+from engram.streams.keystore import KeyErased, KeyStore, ReadOnlyKeys
+from engram.streams.pipeline import Pipeline
 
-from projections.read import export_nquads, get_memory
-from projections.stores import TenantStores
-from projections.tenant_graph import Status
-from schemas import sealing
-from schemas.events import Position
-from streams import projector
-from streams.keystore import KeyErased, KeyStore, ReadOnlyKeys
-from streams.pipeline import Pipeline
 from tests.factories import envelope, remembered
 
 

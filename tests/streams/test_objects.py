@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engram.streams.objects import LocalObjects, MissingObject, Objects, S3Objects, check_key, open_objects
 
 from engram.settings import Settings, load_settings
-from streams.objects import LocalObjects, MissingObject, Objects, S3Objects, check_key, open_objects
 
 
 def s3_objects(s3: Settings, bucket: str) -> S3Objects:

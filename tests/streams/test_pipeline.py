@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from engram.projections.knowledge import load_knowledge
+from engram.schemas import payloads
+from engram.streams import codec
+from engram.streams.keystore import KeyStore
+from engram.streams.pipeline import Pipeline, parse_lines
 
-from projections.knowledge import load_knowledge
-from schemas import payloads
-from streams import codec
-from streams.keystore import KeyStore
-from streams.pipeline import Pipeline, parse_lines
 from tests.factories import EXAMPLES, envelope, remembered
 
 

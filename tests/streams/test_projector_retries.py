@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Status, TenantGraph
+from engram.schemas.events import Position
+from engram.streams import codec, projector
 
-from projections.stores import TenantStores
-from projections.tenant_graph import Status, TenantGraph
-from schemas.events import Position
-from streams import codec, projector
 from tests.factories import event, remembered
 
 

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from engram.streams import s3_local
+from engram.streams.objects import S3Objects
 
 from engram.harness import free_port
 from engram.settings import load_settings
-from streams import s3_local
-from streams.objects import S3Objects
 
 pytestmark = pytest.mark.integration
 

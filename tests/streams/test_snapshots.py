@@ -9,17 +9,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from engram.projections.read import export_nquads
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import TenantGraph
+from engram.schemas.events import Position
+from engram.streams import codec, projector
+from engram.streams.objects import LocalObjects, S3Objects
+from engram.streams.replay import replay_tenant
+from engram.streams.snapshots import Snapshots
+from engram.streams.topics import partition_for
 
 from engram.settings import Settings
-from projections.read import export_nquads
-from projections.stores import TenantStores
-from projections.tenant_graph import TenantGraph
-from schemas.events import Position
-from streams import codec, projector
-from streams.objects import LocalObjects, S3Objects
-from streams.replay import replay_tenant
-from streams.snapshots import Snapshots
-from streams.topics import partition_for
 from tests.factories import event, remembered
 from tests.streams.test_hostile_kafka import produce
 from tests.tenant import Tenant

@@ -7,13 +7,12 @@ import re
 import tempfile
 
 import pytest
+from engram.projections.rules.engine import Graphs, RuleEngine
+from engram.projections.rules.stratify import StratificationError, stratify
+from engram.projections.rules.syntax import RuleSyntaxError, parse_rules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
-
-from projections.rules.engine import Graphs, RuleEngine
-from projections.rules.stratify import StratificationError, stratify
-from projections.rules.syntax import RuleSyntaxError, parse_rules
 
 EX = "https://example.org/#"
 BASE, INF, REM, CHECK = (NamedNode(f"urn:g:{n}") for n in ("base", "inf", "rem", "check"))

@@ -8,16 +8,16 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
+from engram.projections.read import export_nquads
+from engram.projections.rules import engine as rule_engine
+from engram.projections.tenant_graph import Step, TenantGraph
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event, Position
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyoxigraph import NamedNode
 
-from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
-from projections.read import export_nquads
-from projections.rules import engine as rule_engine
-from projections.tenant_graph import Step, TenantGraph
-from schemas.checks import InvalidEvent
-from schemas.events import Event, Position
 from tests.factories import event
 from tests.tenant import from_scratch
 

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from engram.projections.context import snapshot
+from engram.schemas.checks import InvalidEvent, Problems
+from engram.schemas.payloads import KpiObserved, SpendObserved
+from engram.schemas.periods import parse_period
 
-from projections.context import snapshot
-from schemas.checks import InvalidEvent, Problems
-from schemas.payloads import KpiObserved, SpendObserved
-from schemas.periods import parse_period
 from tests.factories import remembered
 from tests.projections.rules.test_rule_files import cap, target
 from tests.tenant import Tenant, from_scratch

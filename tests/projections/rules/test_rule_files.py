@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.projections.context import statuses as context_statuses
+from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
+from engram.projections.read import get_memory, list_memory_ids, memory_statuses
+from engram.projections.tenant_graph import Status, TenantGraph
+from engram.projections.terms import memory_iri
+from engram.projections.visibility import inferred_by_name, memory_facts
+from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Triple
 
-from projections.context import statuses as context_statuses
-from projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
-from projections.read import get_memory, list_memory_ids, memory_statuses
-from projections.tenant_graph import Status, TenantGraph
-from projections.terms import memory_iri
-from projections.visibility import inferred_by_name, memory_facts
-from schemas import vocabulary as v
 from tests.factories import remembered
 from tests.tenant import Tenant, from_scratch
 
@@ -291,7 +291,7 @@ def test_a_changed_ontology_rematerialises_existing_stores(tmp_path: Path) -> No
 def test_a_failed_rule_update_is_repaired_by_re_materialising(
     tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from projections.rules.engine import RuleEngine
+    from engram.projections.rules.engine import RuleEngine
 
     tenant.apply("MemoryRemembered", remembered("a", importance=5))
     real = RuleEngine.update

@@ -1,0 +1,1 @@
+"""The Datalog rules (*.dlog): data the code reads, shipped with it."""
