@@ -9,10 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.tools import BaseTool, StructuredTool
+try:
+    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool, StructuredTool
+except ImportError as exc:  # say which extra brings it
+    raise ImportError(
+        "the LangChain adapter needs langchain-core: pip install 'engram-client[langchain]'"
+    ) from exc
 
 from engram_client.client import AsyncEngram, Engram
 from engram_client.models import Recall

@@ -9,8 +9,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from pydantic_ai import Tool
-from pydantic_ai.toolsets import FunctionToolset
+try:
+    from pydantic_ai import Tool
+    from pydantic_ai.toolsets import FunctionToolset
+except ImportError as exc:  # say which extra brings it
+    raise ImportError(
+        "the Pydantic AI adapter needs pydantic-ai-slim: pip install 'engram-client[pydantic-ai]'"
+    ) from exc
 
 from engram_client.client import AsyncEngram, Engram
 from engram_client.tools import ToolSpec, specs
