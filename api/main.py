@@ -25,6 +25,7 @@ from engram.api.routes import (
     recall,
     snapshots,
     sparql,
+    verbs,
 )
 from engram.api.runtime import Runtime
 from fastapi import Depends, FastAPI
@@ -57,7 +58,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
     app.state.rate_limits = RateLimits(
         settings.rate_limit_per_s, settings.rate_limit_burst, cost_s=settings.rate_limit_cost_ms / 1000
     )
-    routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots)
+    routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots, verbs)
     for router in (module.router for module in routers):
         app.include_router(router)
     errors.install(app)
