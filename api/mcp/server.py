@@ -195,8 +195,8 @@ async def call(
     except ApiError as refused:
         return refused.result()
     structured = answer if isinstance(answer, dict) else {"data": answer}
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(answer, ensure_ascii=False))],
+    return types.CallToolResult(  # the text is the API's own JSON, as it answered it
+        content=[types.TextContent(type="text", text=response.text)],
         structuredContent=structured,
         isError=False,
     )
