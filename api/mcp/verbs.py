@@ -90,7 +90,8 @@ VERBS: tuple[Verb, ...] = (
 # ---------------------------------------------------------------------------------------------
 # PENDING: the verbs of issue 24 item 1-3 whose routes are being built in parallel. Each is served
 # as soon as the server has its route (its schema is the route's), so these entries need checking,
-# not writing, when the routes land: the paths and descriptions are the brief's, not yet the code's.
+# not writing, when the routes land: the paths are the ones on branches s24-verbs and s24-agent (each
+# builds a tool from its route there); the descriptions are the brief's, to be checked against the code.
 # ---------------------------------------------------------------------------------------------
 PENDING: tuple[Verb, ...] = (
     Verb(
