@@ -1,0 +1,65 @@
+"""engram's Python client: a tenant's governed memory over HTTP, sync or async.
+
+Importing this package imports httpx and pydantic and nothing else: the framework adapters
+(``engram_client.adapters.langchain``, ``engram_client.adapters.pydantic_ai``) import their
+framework only when they are imported themselves.
+"""
+
+from engram_client.calls import Call, Calls, Retry
+from engram_client.client import AsyncEngram, Engram
+from engram_client.errors import (
+    BadRequest,
+    Conflict,
+    ConnectionFailed,
+    EngramError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    NotInTime,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthorized,
+    Unavailable,
+)
+from engram_client.models import (
+    Accepted,
+    Answer,
+    Context,
+    ContextBlock,
+    ContextItem,
+    Memory,
+    MemoryPage,
+    Recall,
+    RecallHit,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Accepted",
+    "Answer",
+    "AsyncEngram",
+    "BadRequest",
+    "Call",
+    "Calls",
+    "Conflict",
+    "ConnectionFailed",
+    "Context",
+    "ContextBlock",
+    "ContextItem",
+    "Engram",
+    "EngramError",
+    "Forbidden",
+    "Invalid",
+    "Memory",
+    "MemoryPage",
+    "NotFound",
+    "NotInTime",
+    "PayloadTooLarge",
+    "RateLimited",
+    "Recall",
+    "RecallHit",
+    "Retry",
+    "Unauthorized",
+    "Unavailable",
+]
