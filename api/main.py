@@ -15,6 +15,7 @@ from engram.api.auth import Verifier
 from engram.api.bodies import JsonBodies, body_only_if_taken
 from engram.api.deps import known_query_only
 from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
+from engram.api.mcp import http as mcp_http
 from engram.api.routes import (
     events,
     graph,
@@ -42,7 +43,7 @@ Running = Callable[[Settings], AbstractAsyncContextManager[Runtime]]
 def create_app(settings: Settings, running: Running) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with running(settings) as runtime:
+        async with running(settings) as runtime, mcp.running():
             app.state.runtime = runtime
             yield
 
@@ -61,6 +62,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
     routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots, verbs)
     for router in (module.router for module in routers):
         app.include_router(router)
+    mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above
     errors.install(app)
     # Outermost last: the Host is checked first, then the body's size and time, then
     # what the request costs (its JSON reading included).

@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tk.add_argument("--ttl", type=ttl_seconds, default=3600.0, help="lifetime: 90s, 15m, 1h (default), 7d")
 
+    mc = sub.add_parser(
+        "mcp",
+        help="the MCP server over stdio, for a desktop agent: the API at ENGRAM_URL "
+        "(default http://127.0.0.1:8000) with the bearer token in ENGRAM_TOKEN",
+    )
+    mc.add_argument("--url", help="the engram API (default: ENGRAM_URL, else http://127.0.0.1:8000)")
+
     sh = sub.add_parser(
         "schema-history",
         help="record the current Envelope schema in schemas/avro/history/ (run after editing a schema)",
@@ -169,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "vacuum": upkeep.vacuum,
         "schema-history": dev.schema_history,
         "token": access.token,
+        "mcp": access.mcp,
         "bench": dev.bench,
     }
     try:

@@ -43,3 +43,20 @@ def token(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     print(token)
     return 0
+
+
+def mcp(settings: Settings, args: argparse.Namespace) -> int:
+    """The MCP server over stdio: tools that call the engram API at ENGRAM_URL (or --url) with the
+    bearer token in ENGRAM_TOKEN, whose tenant and principal they act as."""
+    import asyncio
+    import os
+
+    from engram.api.mcp.stdio import DEFAULT_URL, serve_stdio
+
+    token = os.environ.get("ENGRAM_TOKEN", "").strip()
+    if not token:
+        print("engram mcp: set ENGRAM_TOKEN to a bearer token (engram token TENANT ...)", file=sys.stderr)
+        return 2
+    url = args.url or os.environ.get("ENGRAM_URL") or DEFAULT_URL
+    asyncio.run(serve_stdio(url, token))
+    return 0

@@ -1,0 +1,271 @@
+"""The MCP server end to end: the SDK's own client against a real `engram serve` (real broker),
+over both transports — stdio (`engram mcp` spawned with a token in its environment) and streamable
+HTTP (`/mcp/` of the API, the request's bearer token the principal).
+
+Every refusal is compared with what the HTTP API itself answers for the same request: a tool error
+carries the API's status and reason, word for word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from engram.api.mcp.verbs import PENDING, VERBS
+from engram.streams.topics import ensure_topics
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
+from mcp.types import CallToolResult, TextContent
+
+from engram.harness import Server, isolated_settings, settings_env
+from engram.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+TRANSPORTS = ["stdio", "http"]
+ACME, GLOBEX = "acme-mcp", "globex-mcp"
+
+
+@pytest.fixture(scope="module")
+def server(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("mcp")
+    settings = isolated_settings(broker, root / "data")
+    asyncio.run(ensure_topics(settings))
+    srv = Server(settings, root / "server.log").start()
+    srv.wait_ready()
+    yield srv
+    srv.stop()
+
+
+def token(server: Server, tenant: str, *, role: str = "operator", user: str = "dana") -> str:
+    return server.bearer(tenant, role=role, user=user)["Authorization"].removeprefix("Bearer ")
+
+
+@asynccontextmanager
+async def session(server: Server, transport: str, bearer: str) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session as the principal of ``bearer``."""
+    if transport == "http":
+        headers = {"Authorization": f"Bearer {bearer}"}
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=60) as client,
+            streamable_http_client(f"{server.url}/mcp/", http_client=client) as (read, write, _),
+            ClientSession(read, write) as s,
+        ):
+            await s.initialize()
+            yield s
+    else:
+        env = {
+            **os.environ,
+            **settings_env(server.settings),
+            "ENGRAM_TOKEN": bearer,
+            "ENGRAM_URL": server.url,
+        }
+        params = StdioServerParameters(command=sys.executable, args=["-m", "engram.cli", "mcp"], env=env)
+        with open(os.devnull, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                yield s
+
+
+def run(server: Server, transport: str, bearer: str, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with session(server, transport, bearer) as s:
+            return await body(s)
+
+    return asyncio.run(main())
+
+
+def text(result: CallToolResult) -> str:
+    [content] = result.content
+    assert isinstance(content, TextContent)
+    return content.text
+
+
+def api_reason(response: httpx.Response) -> str:
+    """The API's refusal as a tool error states it: the status, then each reason with where."""
+    parts = []
+    for item in response.json()["detail"]:
+        loc = ".".join(str(x) for x in item["loc"])
+        parts.append(item["msg"] + (f" ({loc})" if loc else ""))
+    return f"{response.status_code}: " + "; ".join(parts)
+
+
+def memory(label: str, **fields: Any) -> dict[str, Any]:
+    return {"label": label, "content": f"{label}: kept for the MCP tests.", "kind": "fact", "importance": 5,
+            "memory_class": "Memory", **fields}  # fmt: skip
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_tools_are_the_routes_own(server: Server, transport: str) -> None:
+    """Every verb whose route exists is a tool; its schema is the route's (remember's: the
+    ontology's memory tool); the context is a resource."""
+
+    async def body(s: ClientSession) -> Any:
+        return await s.list_tools(), await s.list_resources()
+
+    tools, resources = run(server, transport, token(server, ACME), body)
+    by_name = {t.name: t for t in tools.tools}
+    assert {v.name for v in VERBS} <= set(by_name)
+    openapi = server.http.get(f"{server.url}/openapi.json").json()
+    for pending in PENDING:  # served exactly when the server has the route
+        route = openapi["paths"].get("/v1/tenants/{tenant}" + pending.path, {})
+        assert (pending.method.lower() in route) == (pending.name in by_name)
+    tool = server.http.get(f"{server.url}/v1/tenants/{ACME}/memory-tool").json()
+    assert by_name["remember"].inputSchema == tool["input_schema"]
+    recall = by_name["recall"].inputSchema
+    assert recall["required"] == ["q"] and recall["additionalProperties"] is False
+    assert {"q", "limit", "kind", "class", "valid_at", "fusion", "as_of"} <= set(recall["properties"])
+    assert by_name["get_memory"].inputSchema["required"] == ["memory_id"]
+    supersede = by_name["supersede"].inputSchema
+    assert set(supersede["required"]) == {"memory_id", "superseded_by"}
+    assert not {"source", "actor", "event_id", "wait", "tenant"} & set(supersede["properties"])
+    assert [str(r.uri) for r in resources.resources] == ["engram://context"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_remember_recall_get_memory_and_the_context(server: Server, transport: str) -> None:
+    label = f"Brand voice {transport} {uuid.uuid4().hex[:6]}"
+
+    async def body(s: ClientSession) -> Any:
+        written = await s.call_tool("remember", memory(label))
+        assert not written.isError, text(written)
+        recalled = await s.call_tool("recall", {"q": label, "limit": 5})
+        assert not recalled.isError, text(recalled)
+        memory_id = written.structuredContent["memory_id"]  # type: ignore[index]
+        got = await s.call_tool("get_memory", {"memory_id": memory_id})
+        listed = await s.call_tool("list_memories", {"kind": "fact", "limit": 1000})
+        context = await s.read_resource("engram://context")  # type: ignore[arg-type]
+        return written, recalled, got, listed, context
+
+    written, recalled, got, listed, context = run(server, transport, token(server, ACME), body)
+    assert written.structuredContent["applied"] is True
+    memory_id = written.structuredContent["memory_id"]
+    assert recalled.structuredContent["data"][0]["id"] == memory_id
+    assert got.structuredContent["label"] == label and got.structuredContent["source"] == "agent"
+    assert got.structuredContent["actor"] == {"id": "dana", "role": "operator"}
+    assert (
+        got.structuredContent
+        == server.http.get(f"{server.url}/v1/tenants/{ACME}/memories/{memory_id}").json()
+    )
+    assert memory_id in {m["id"] for m in listed.structuredContent["data"]}
+    [content] = context.contents
+    assert content.mimeType == "text/markdown" and label in content.text
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_refused_write_is_a_tool_error_with_the_api_reason(server: Server, transport: str) -> None:
+    """A user writing a company memory: 403 naming the rule, as the HTTP API answers it."""
+    bearer = token(server, ACME, role="user", user="sam")
+    label = f"Company rule {uuid.uuid4().hex[:6]}"
+    refused = run(server, transport, bearer, lambda s: s.call_tool("remember", memory(label)))
+    direct = server.http.post(
+        f"{server.url}/v1/tenants/{ACME}/memories",
+        json={**memory(label), "source": "agent"},
+        headers={"Authorization": f"Bearer {bearer}"},
+    )
+    assert direct.status_code == 403
+    assert refused.isError and text(refused) == api_reason(direct)
+    assert refused.structuredContent["status"] == 403
+    assert refused.structuredContent["detail"] == direct.json()["detail"]
+    # an argument the tool does not take, and a value the API refuses: tool errors, not crashes
+    unknown = run(server, transport, bearer, lambda s: s.call_tool("recall", {"q": "x", "tenant": GLOBEX}))
+    assert unknown.isError and text(unknown).startswith("422: unknown argument(s) tenant; recall takes ")
+    bad = run(server, transport, bearer, lambda s: s.call_tool("recall", {"q": "x", "limit": 0}))
+    direct = server.http.post(f"{server.url}/v1/tenants/{ACME}/recall", json={"q": "x", "limit": 0})
+    assert bad.isError and text(bad) == api_reason(direct)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_another_tenants_id_is_not_found(server: Server, transport: str) -> None:
+    """An acme memory asked for with a globex token is answered as an id that does not exist."""
+    written = server.http.post(
+        f"{server.url}/v1/tenants/{ACME}/memories?wait=true",
+        json={**memory("Acme secret"), "source": "operator"},
+    )
+    acme_id = written.json()["memory_id"]
+
+    async def body(s: ClientSession) -> Any:
+        return (
+            await s.call_tool("get_memory", {"memory_id": acme_id}),
+            await s.call_tool("get_memory", {"memory_id": "no-such-memory"}),
+            await s.call_tool("supersede", {"memory_id": acme_id, "superseded_by": "no-such-memory"}),
+        )
+
+    theirs, missing, supersede = run(server, transport, token(server, GLOBEX), body)
+    assert theirs.isError and text(theirs) == f"404: memory {acme_id} not found (path)"
+    assert text(missing) == "404: memory no-such-memory not found (path)"
+    assert supersede.isError and text(supersede).startswith("404: memory ")
+
+
+def forged(server: Server) -> str:
+    """The operator's token, signed with another key."""
+    claims = jwt.decode(token(server, ACME), options={"verify_signature": False})
+    return jwt.encode(claims, "another deployment's secret, 32 bytes or more")
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in leaves(e)]
+    return [exc]
+
+
+def test_a_bad_token_is_refused_over_http(server: Server) -> None:
+    """No token or a forged one: 401 with the API's own answer, before any MCP session exists."""
+    for headers in ({}, {"Authorization": f"Bearer {forged(server)}"}):
+        r = httpx.post(
+            f"{server.url}/mcp/", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        )
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        direct = httpx.get(f"{server.url}/v1/tenants/{ACME}/memories", headers=headers)
+        assert r.json() == direct.json()
+    with pytest.raises(BaseExceptionGroup) as raised:  # the SDK's client fails its initialize
+        run(server, "http", forged(server), lambda s: s.list_tools())
+    [refused] = leaves(raised.value)
+    assert isinstance(refused, httpx.HTTPStatusError) and refused.response.status_code == 401
+
+
+def test_a_bad_token_is_refused_over_stdio(server: Server) -> None:
+    """`engram mcp` with a forged ENGRAM_TOKEN: listing the tools and calling one are refused with
+    the API's 401 reason (the API verifies the token; the stdio server only reads its tenant)."""
+    bad = forged(server)
+    direct = httpx.get(f"{server.url}/v1/tenants/{ACME}/memories", headers={"Authorization": f"Bearer {bad}"})
+
+    async def body(s: ClientSession) -> Any:
+        with pytest.raises(McpError) as listed:
+            await s.list_tools()
+        return listed.value, await s.call_tool("recall", {"q": "anything"})
+
+    listed, called = run(server, "stdio", bad, body)
+    assert str(listed) == api_reason(direct) and direct.status_code == 401
+    assert called.isError and text(called) == api_reason(direct)
+
+
+def test_a_session_never_crosses_tenants(server: Server) -> None:
+    """A session opened by acme's operator, named in a request with globex's token (or another
+    principal's of acme): answered as a session that does not exist."""
+
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    acme = {**accept, "Authorization": f"Bearer {token(server, ACME)}"}
+    opened = httpx.post(f"{server.url}/mcp/", headers=acme, json=init)
+    assert opened.status_code == 200, opened.text
+    sid = opened.headers["mcp-session-id"]
+    same = httpx.post(f"{server.url}/mcp/", headers={**acme, "mcp-session-id": sid}, json=ping)
+    assert same.status_code == 200, same.text
+    for other in (token(server, GLOBEX), token(server, ACME, role="user", user="sam")):
+        crossed = {**accept, "Authorization": f"Bearer {other}", "mcp-session-id": sid}
+        r = httpx.post(f"{server.url}/mcp/", headers=crossed, json=ping)
+        unknown = httpx.post(f"{server.url}/mcp/", headers={**crossed, "mcp-session-id": "f" * 32}, json=ping)
+        assert r.status_code == 404 and r.json() == unknown.json()
