@@ -444,22 +444,30 @@ def observation_iri(ref: str) -> NamedNode:
     return spend_iri(*parts[1:]) if parts[0] == "spend" else kpi_iri(*parts[1:])
 
 
-def planned_action(b: Builder, node: NamedNode, spend: ev.PlannedSpend | None, kpi: ev.PlannedKpi | None) -> None:
+def planned_facts(
+    node: NamedNode, spend: ev.PlannedSpend | None, kpi: ev.PlannedKpi | None, occurred_at: datetime
+) -> list[tuple[NamedNode, NamedNode, Term]]:
     """A proposed action's facts, which ``rules/plans.dlog`` checks against the active constraints:
     on a recorded decision in the live graph, and on a plan in a scratch copy (``projections.plans``)."""
+    out: list[tuple[NamedNode, NamedNode, Term]] = []
     if spend is not None:
-        period = parse_period(spend.period, b.event.occurred_at)
-        b.add(node, RDF_TYPE, e("PlannedSpend"))
-        b.add(node, e("plannedPlatform"), Literal(spend.platform))
-        b.add(node, e("plannedAmount"), value_literal(float(spend.amount)))
-        b.add(node, e("plannedCurrency"), Literal(spend.currency))
-        b.add(node, e("plannedPeriod"), Literal(period.label))
-        b.add(node, e("plannedPeriodKind"), Literal(period.kind))
-        b.add(node, e("plannedPeriodStart"), time_literal(period.start))
+        period = parse_period(spend.period, occurred_at)
+        out += [
+            (node, RDF_TYPE, e("PlannedSpend")),
+            (node, e("plannedPlatform"), Literal(spend.platform)),
+            (node, e("plannedAmount"), value_literal(float(spend.amount))),
+            (node, e("plannedCurrency"), Literal(spend.currency)),
+            (node, e("plannedPeriod"), Literal(period.label)),
+            (node, e("plannedPeriodKind"), Literal(period.kind)),
+            (node, e("plannedPeriodStart"), time_literal(period.start)),
+        ]
     if kpi is not None:
-        b.add(node, RDF_TYPE, e("PlannedKpiChange"))
-        b.add(node, e("plannedMetric"), Literal(kpi.metric))
-        b.add(node, e("plannedValue"), value_literal(float(kpi.value)))
+        out += [
+            (node, RDF_TYPE, e("PlannedKpiChange")),
+            (node, e("plannedMetric"), Literal(kpi.metric)),
+            (node, e("plannedValue"), value_literal(float(kpi.value))),
+        ]
+    return out
 
 
 @planner(ev.DecisionRecorded)
@@ -481,7 +489,8 @@ def _decision(b: Builder, p: ev.DecisionRecorded) -> None:
         b.add(d, e("reliesOn"), m)
     for o in data:
         b.add(d, e("reliesOnData"), o)
-    planned_action(b, d, p.spend, p.target_change)
+    for subject, predicate, value in planned_facts(d, p.spend, p.target_change, b.event.occurred_at):
+        b.add(subject, predicate, value)
 
 
 @planner(ev.MemoriesAssociated)
