@@ -16,13 +16,17 @@ from engram.api.bodies import JsonBodies, body_only_if_taken
 from engram.api.deps import known_query_only
 from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from engram.api.routes import (
+    associations,
+    decisions,
     events,
     graph,
     health,
     legal_holds,
     live_data,
     memories,
+    plans,
     recall,
+    sessions,
     snapshots,
     sparql,
 )
@@ -58,6 +62,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
         settings.rate_limit_per_s, settings.rate_limit_burst, cost_s=settings.rate_limit_cost_ms / 1000
     )
     routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots)
+    routers += (sessions, decisions, associations, plans)  # agent work (issue 24)
     for router in (module.router for module in routers):
         app.include_router(router)
     errors.install(app)

@@ -265,6 +265,7 @@ def check_plan(
                     if name in ("spent", "planned", "total", "cap", "currency", "pct", "threshold", "metric",
                                 "value", "goal")
                 }  # fmt: skip
-                findings.append(Finding(status, memory_id, d.rule.source, sentence(d.rule.explain, d.bindings), values))
+                why = sentence(d.rule.explain, d.bindings)
+                findings.append(Finding(status, memory_id, d.rule.source, why, values))
                 break
     return sorted(findings, key=lambda f: (f.status != "breach", f.memory_id))

@@ -426,7 +426,7 @@ def _check_ref(c: Problems, value: Any, what: str) -> None:
     if not isinstance(value, str):
         c.require(False, f"{what} must be a memory id, episode:{{id}} or decision:{{id}}, got {show(value)}")
         return
-    kind, ref_id = parse_ref(value)
+    _kind, ref_id = parse_ref(value)
     c.require(
         v.full_match(v.ID_RE, ref_id),
         f"{what} must be a memory id, episode:{{id}} or decision:{{id}}, got {show(value)}",
@@ -513,7 +513,8 @@ class ToolCalled(AgentEvent):
         c.name(p.get("tool"), "tool")
         c.require(
             v.full_match(v.DIGEST_RE, p.get("arguments_digest")),
-            f"arguments_digest must be sha256: and 64 lowercase hex digits, got {show(p.get('arguments_digest'))}",
+            "arguments_digest must be sha256: and 64 lowercase hex digits, "
+            f"got {show(p.get('arguments_digest'))}",
         )
         c.one_of(p.get("outcome"), v.ToolOutcome, "outcome")
 
