@@ -9,7 +9,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import engram
 import pytest
 from engram.projections import governance
 from engram.projections.agents import UnknownName, check_plan, decisions_relying_on, episodes_in
@@ -22,6 +21,7 @@ from engram.schemas.checks import InvalidEvent
 from engram.schemas.events import Position, event_from_json
 from pyoxigraph import Literal
 
+import engram
 from tests.factories import event
 from tests.tenant import Tenant, from_scratch
 
@@ -48,8 +48,14 @@ def test_a_spend_over_the_cap_is_a_breach_explained_by_the_rule(demo: Tenant) ->
     (found,) = check_plan(demo.graph, spend(8000), None, everything)
     assert (found.status, found.memory_id, found.rule) == ("breach", "meta-cap", "plans.dlog:20")
     assert found.explanation == "breaches meta-cap: spend 34,000 + 8,000 = 42,000 of cap 40,000 USD = 105%"
-    assert found.values == {"spent": 34000, "planned": 8000, "total": 42000, "cap": 40000, "currency": "USD",
-                            "pct": 105}  # fmt: skip
+    assert found.values == {
+        "spent": 34000,
+        "planned": 8000,
+        "total": 42000,
+        "cap": 40000,
+        "currency": "USD",
+        "pct": 105,
+    }
 
 
 def test_a_smaller_spend_is_near_the_limit_and_nothing_is_written(demo: Tenant) -> None:
@@ -67,8 +73,15 @@ def test_within_budget_is_nothing(demo: Tenant) -> None:
     """No December spend is observed yet: 0 + 8,000 of 40,000 = 20%, nothing to report; another
     currency's or platform's spend has no cap."""
     assert check_plan(demo.graph, spend(8000, "2026-12"), None, everything) == []
-    assert check_plan(demo.graph, ev.PlannedSpend(platform="meta", amount=8000, currency="EUR", period="2026-11"),
-                      None, everything) == []  # fmt: skip
+    assert (
+        check_plan(
+            demo.graph,
+            ev.PlannedSpend(platform="meta", amount=8000, currency="EUR", period="2026-11"),
+            None,
+            everything,
+        )
+        == []
+    )
 
 
 def test_a_superseded_or_invisible_constraint_is_not_checked(demo: Tenant) -> None:
@@ -98,20 +111,41 @@ def test_a_session_narrative_in_log_order(demo: Tenant) -> None:
     steps: list[tuple[str, dict[str, Any]]] = [
         ("SessionStarted", {"session_id": "s1", "goal": "December plan"}),
         ("EpisodeRecorded", {"episode_id": "e1", "session_id": "s1", "summary": "Sam wants more reach"}),
-        ("ToolCalled", {"call_id": "c1", "session_id": "s1", "episode_id": "e1", "tool": "check_plan",
-                        "arguments_digest": DIGEST, "outcome": "ok"}),
-        ("DecisionRecorded", {"decision_id": "d1", "session_id": "s1", "episode_id": "e1",
-                              "decision": "Add 8k on Meta", "relied_on": ["meta-cap"],
-                              "live_data": ["spend:meta:USD:2026-11"], "spend": {"platform": "meta",
-                              "amount": 8000, "currency": "USD", "period": "2026-11"}}),
+        (
+            "ToolCalled",
+            {
+                "call_id": "c1",
+                "session_id": "s1",
+                "episode_id": "e1",
+                "tool": "check_plan",
+                "arguments_digest": DIGEST,
+                "outcome": "ok",
+            },
+        ),
+        (
+            "DecisionRecorded",
+            {
+                "decision_id": "d1",
+                "session_id": "s1",
+                "episode_id": "e1",
+                "decision": "Add 8k on Meta",
+                "relied_on": ["meta-cap"],
+                "live_data": ["spend:meta:USD:2026-11"],
+                "spend": {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"},
+            },
+        ),
         ("EpisodeRecorded", {"episode_id": "e2", "session_id": "s1", "summary": "told Sam it breaches"}),
         ("SessionEnded", {"session_id": "s1", "outcome": "no change"}),
-    ]  # fmt: skip
+    ]
     for etype, payload in steps:
         assert demo.apply(etype, payload, actor=SAM_AGENT, source="agent") is Status.APPLIED, demo.reason
     story = episodes_in(demo.graph, "s1", everything)
     assert [(i["type"], i["id"]) for i in story["items"]] == [
-        ("episode", "e1"), ("tool_call", "c1"), ("decision", "d1"), ("episode", "e2")]  # fmt: skip
+        ("episode", "e1"),
+        ("tool_call", "c1"),
+        ("decision", "d1"),
+        ("episode", "e2"),
+    ]
     assert (story["goal"], story["outcome"], story["acting_for"]) == ("December plan", "no change", "sam")
     decision = story["items"][2]
     assert decision["breaches"] == ["meta-cap"] and decision["relied_on"] == ["meta-cap"]
@@ -128,12 +162,26 @@ def test_a_session_narrative_in_log_order(demo: Tenant) -> None:
 
 
 def test_which_decisions_relied_on_a_constraint_and_a_stale_basis(demo: Tenant) -> None:
-    assert demo.apply("DecisionRecorded", {"decision_id": "d1", "decision": "hold", "relied_on": ["meta-cap"]},
-                      actor=SAM_AGENT) is Status.APPLIED  # fmt: skip
-    assert demo.apply("DecisionRecorded", {"decision_id": "d2", "decision": "tone down copy"},
-                      actor=SAM_AGENT) is Status.APPLIED  # fmt: skip
-    assert demo.apply("DecisionRecorded", {"decision_id": "d3", "decision": "ann's", "relied_on": ["meta-cap"]},
-                      actor=ANN) is Status.APPLIED  # fmt: skip
+    assert (
+        demo.apply(
+            "DecisionRecorded",
+            {"decision_id": "d1", "decision": "hold", "relied_on": ["meta-cap"]},
+            actor=SAM_AGENT,
+        )
+        is Status.APPLIED
+    )
+    assert (
+        demo.apply("DecisionRecorded", {"decision_id": "d2", "decision": "tone down copy"}, actor=SAM_AGENT)
+        is Status.APPLIED
+    )
+    assert (
+        demo.apply(
+            "DecisionRecorded",
+            {"decision_id": "d3", "decision": "ann's", "relied_on": ["meta-cap"]},
+            actor=ANN,
+        )
+        is Status.APPLIED
+    )
     # an association "supports" to a decision is reliance too
     link = {"association_id": "a1", "from_ref": "meta-cap", "to_ref": "decision:d2", "relation": "supports"}
     assert demo.apply("MemoriesAssociated", link, actor=SAM_AGENT) is Status.APPLIED, demo.reason
@@ -179,8 +227,14 @@ def test_governance_an_agent_records_for_its_user_and_sees_no_one_elses_session(
             governance.check(event(etype, payload, actor=ANN), state)
         governance.check(event(etype, payload, actor={"id": "dana", "role": "operator"}), state)
     with pytest.raises(governance.Unseen, match="memory sam-reports not found"):  # sam's own memory
-        governance.check(event("DecisionRecorded", {"decision_id": "d9", "decision": "x",
-                                                    "relied_on": ["sam-reports"]}, actor=ANN), state)  # fmt: skip
+        governance.check(
+            event(
+                "DecisionRecorded",
+                {"decision_id": "d9", "decision": "x", "relied_on": ["sam-reports"]},
+                actor=ANN,
+            ),
+            state,
+        )
     link = {"association_id": "a9", "from_ref": "sam-reports", "to_ref": "meta-cap", "relation": "supports"}
     with pytest.raises(governance.Unseen, match="memory sam-reports not found"):
         governance.check(event("MemoriesAssociated", link, actor=ANN), state)
@@ -194,16 +248,28 @@ def test_governance_an_agent_records_for_its_user_and_sees_no_one_elses_session(
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
-        ({"decision_id": "d", "decision": "x", "spend": {"platform": "meta", "amount": float("nan"),
-          "currency": "USD", "period": "2026-11"}}, "spend.amount: numbers must be finite"),
-        ({"decision_id": "d", "decision": "x", "spend": {"platform": "meta", "amount": 1, "currency": "USD",
-          "period": "unspecified"}}, "spend.period must name a calendar period"),
+        (
+            {
+                "decision_id": "d",
+                "decision": "x",
+                "spend": {"platform": "meta", "amount": float("nan"), "currency": "USD", "period": "2026-11"},
+            },
+            "spend.amount: numbers must be finite",
+        ),
+        (
+            {
+                "decision_id": "d",
+                "decision": "x",
+                "spend": {"platform": "meta", "amount": 1, "currency": "USD", "period": "unspecified"},
+            },
+            "spend.period must name a calendar period",
+        ),
         ({"decision_id": "d", "decision": "x", "live_data": ["spend:meta:usd:2026-11"]}, "live_data names"),
         ({"decision_id": "d", "decision": "x", "relied_on": ["a"] * 65}, "at most 64 memories"),
         ({"decision_id": "d", "decision": " "}, "decision must be a non-empty string"),
         ({"decision_id": "d", "decision": "x", "episode_id": "e1"}, "names its session_id too"),
     ],
-)  # fmt: skip
+)
 def test_hostile_decisions_are_refused_with_a_reason(payload: dict[str, Any], reason: str) -> None:
     with pytest.raises(InvalidEvent, match=reason):
         event("DecisionRecorded", payload)
@@ -216,19 +282,37 @@ def test_replayed_in_random_batches_equals_live(tmp_path: Path) -> None:
     agent = [
         ("SessionStarted", {"session_id": "s1"}),
         ("EpisodeRecorded", {"episode_id": "e1", "session_id": "s1", "summary": "x"}),
-        ("DecisionRecorded", {"decision_id": "d1", "session_id": "s1", "decision": "spend",
-                              "relied_on": ["meta-cap"], "spend": {"platform": "meta", "amount": 5000,
-                              "currency": "USD", "period": "2026-11"}}),
+        (
+            "DecisionRecorded",
+            {
+                "decision_id": "d1",
+                "session_id": "s1",
+                "decision": "spend",
+                "relied_on": ["meta-cap"],
+                "spend": {"platform": "meta", "amount": 5000, "currency": "USD", "period": "2026-11"},
+            },
+        ),
         ("DecisionRecorded", {"decision_id": "d1", "decision": "taken id"}),
-        ("MemoriesAssociated", {"association_id": "a1", "from_ref": "brand-voice", "to_ref": "decision:d1",
-                                "relation": "supports"}),
+        (
+            "MemoriesAssociated",
+            {
+                "association_id": "a1",
+                "from_ref": "brand-voice",
+                "to_ref": "decision:d1",
+                "relation": "supports",
+            },
+        ),
         ("SpendObserved", {"platform": "meta", "amount": 36000.0, "currency": "USD", "period": "2026-11"}),
         ("SessionEnded", {"session_id": "s1"}),
-        ("ToolCalled", {"call_id": "c1", "session_id": "s1", "tool": "t", "arguments_digest": DIGEST,
-                        "outcome": "ok"}),
-    ]  # fmt: skip
-    events = lines + [event(t, p, actor=SAM_AGENT if t != "SpendObserved" else {"id": "etl", "role": "pipeline"})
-                      for t, p in agent]  # fmt: skip
+        (
+            "ToolCalled",
+            {"call_id": "c1", "session_id": "s1", "tool": "t", "arguments_digest": DIGEST, "outcome": "ok"},
+        ),
+    ]
+    events = lines + [
+        event(t, p, actor=SAM_AGENT if t != "SpendObserved" else {"id": "etl", "role": "pipeline"})
+        for t, p in agent
+    ]
     steps = [Step(Position(0, i, 1_764_547_200_000 + i), x) for i, x in enumerate(events)]
     live = TenantGraph(tmp_path / "live")
     outcomes = [live.apply(s.event, s.position).status for s in steps if s.event is not None]

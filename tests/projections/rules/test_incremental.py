@@ -138,7 +138,7 @@ AGENT_OPS = [
                 {"metric": st.sampled_from(["roas", "cpa"]), "value": st.sampled_from([1.0, 2.9, 3.0, 30.0])}
             ),
         ),
-    ),  # fmt: skip
+    ),
     st.builds(
         lambda i, f, t, r: (
             "MemoriesAssociated",
