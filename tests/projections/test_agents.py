@@ -327,3 +327,31 @@ def test_replayed_in_random_batches_equals_live(tmp_path: Path) -> None:
     d1 = agent_iri("decision", "d1")
     statuses = {q.object.value for q in live.store.quads_for_pattern(d1, e("decisionStatus"), None, INFERRED)}
     assert statuses == {"breached_constraint"}  # 36,000 + 5,000 of 40,000 once the spend moved
+
+
+def test_the_documented_sparql_answers_which_decisions_relied_on_the_cap(demo: Tenant) -> None:
+    """The SPARQL example in docs/design.md §7, read from the page, evaluated as the SPARQL route does."""
+    from engram.projections.sparql import answer
+
+    page = (Path(__file__).parents[2] / "docs" / "design.md").read_text()
+    query = page.split("```sparql\n", 1)[1].split("```", 1)[0]
+    assert (
+        demo.apply(
+            "DecisionRecorded",
+            {
+                "decision_id": "d1",
+                "decision": "hold",
+                "relied_on": ["meta-cap"],
+                "spend": {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"},
+            },
+            actor=SAM_AGENT,
+        )
+        is Status.APPLIED
+    )
+    assert (
+        demo.apply("DecisionRecorded", {"decision_id": "d2", "decision": "other"}, actor=SAM_AGENT)
+        is Status.APPLIED
+    )
+    rows = json.loads(answer(demo.graph.store, query, "application/sparql-results+json", max_rows=10).body)
+    got = [{k: b[k]["value"] for k in b} for b in rows["results"]["bindings"]]
+    assert got == [{"decision": "d1", "what": "hold", "by": "ads-agent", "status": "breached_constraint"}]
