@@ -23,6 +23,7 @@ from engram.api.models import anchored
 from engram.api.models.agents import AgentAccepted, DecisionCreate, DecisionsPublic, NarrativeItem
 from engram.api.routes.sessions import WRITES, answer
 from engram.projections.agents import decision, decisions_relying_on, may_see_node
+from engram.projections.terms import e, memory_iri
 from engram.projections.visibility import sight
 from engram.schemas import vocabulary as v
 from fastapi import APIRouter, Depends, Path, Query
@@ -62,7 +63,12 @@ async def list_decisions(
     """The decisions the principal may see that relied on the memory, in log order; a memory the
     principal may not see is 404, as one that does not exist."""
     sees = sight(graph, who) if graph is not None else None
-    if graph is None or sees is None or not sees(relied_on) or not graph.objects(*_memory(relied_on)):
+    if (
+        graph is None
+        or sees is None
+        or not sees(relied_on)
+        or not graph.objects(memory_iri(relied_on), e("memoryId"))
+    ):
         raise not_found(f"memory {relied_on}", ["query", "relied_on"])
     ids = decisions_relying_on(graph, relied_on, who, sees)
     data = [NarrativeItem.model_validate(decision(graph, i, sees)) for i in ids]
@@ -77,9 +83,3 @@ async def read_decision(
     if graph is None or not may_see_node(graph, who, "decision", decision_id):
         raise not_found(f"decision {decision_id}")
     return NarrativeItem.model_validate(decision(graph, decision_id, sight(graph, who)))
-
-
-def _memory(memory_id: str) -> tuple:  # type: ignore[type-arg]
-    from engram.projections.terms import e, memory_iri
-
-    return memory_iri(memory_id), e("memoryId")

@@ -355,3 +355,30 @@ def test_the_documented_sparql_answers_which_decisions_relied_on_the_cap(demo: T
     rows = json.loads(answer(demo.graph.store, query, "application/sparql-results+json", max_rows=10).body)
     got = [{k: b[k]["value"] for k in b} for b in rows["results"]["bindings"]]
     assert got == [{"decision": "d1", "what": "hold", "by": "ads-agent", "status": "breached_constraint"}]
+
+
+def test_the_agent_types_shapes_are_enforced(tmp_path: Path) -> None:
+    """An agent event's node is checked against the shapes of its types (and :AgentWork's): with
+    the ToolCall shape narrowed to one tool, another tool's call is refused with the shape's reason."""
+    import shutil
+
+    from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
+
+    ont = tmp_path / "ontology"
+    shutil.copytree(DEFAULT_ONTOLOGY_DIR, ont)
+    shapes = ont / "shapes.ttl"
+    shapes.write_text(
+        shapes.read_text().replace("sh:path :tool ;", 'sh:path :tool ; sh:pattern "^recall$" ;')
+    )
+    t = Tenant(tmp_path / "t", load_knowledge(ont, DEFAULT_RULES_DIR))
+    assert t.apply("SessionStarted", {"session_id": "s1"}, actor=SAM_AGENT) is Status.APPLIED
+    call = {
+        "call_id": "c1",
+        "session_id": "s1",
+        "tool": "check_plan",
+        "arguments_digest": DIGEST,
+        "outcome": "ok",
+    }
+    assert t.apply("ToolCalled", call, actor=SAM_AGENT) is Status.REJECTED
+    assert t.reason is not None and t.reason.startswith("shape violations: :ToolCall: :tool")
+    assert t.apply("ToolCalled", {**call, "tool": "recall"}, actor=SAM_AGENT) is Status.APPLIED
