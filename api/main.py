@@ -17,13 +17,17 @@ from engram.api.deps import known_query_only
 from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from engram.api.mcp import http as mcp_http
 from engram.api.routes import (
+    associations,
+    decisions,
     events,
     graph,
     health,
     legal_holds,
     live_data,
     memories,
+    plans,
     recall,
+    sessions,
     snapshots,
     sparql,
     verbs,
@@ -60,6 +64,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
         settings.rate_limit_per_s, settings.rate_limit_burst, cost_s=settings.rate_limit_cost_ms / 1000
     )
     routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots, verbs)
+    routers += (sessions, decisions, associations, plans)  # agent work (issue 24)
     for router in (module.router for module in routers):
         app.include_router(router)
     mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above

@@ -15,6 +15,7 @@ content) is answered as the original, not produced again.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -250,6 +251,24 @@ class Commands:
     ) -> Accepted:
         payload = {"user_id": user_id, "team_ids": list(team_ids), "role": role}
         return await self.submit(tenant, "StakeholderChanged", payload, by, wait=wait)
+
+    # -- agent work (DESIGN §7) ------------------------------------------------------------
+    async def record_agent_work(
+        self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool = False
+    ) -> tuple[Accepted, str]:
+        """One of SessionStarted, SessionEnded, EpisodeRecorded, ToolCalled, DecisionRecorded or
+        MemoriesAssociated, and the id of the node it records: the payload's, or minted from the
+        event id (so a retry with the same Idempotency-Key names the same node)."""
+        cls = ev.payload_class(event_type)
+        assert issubclass(cls, ev.AgentEvent | ev.SessionEnded), event_type
+        if by.event_id is None:
+            by = replace(by, event_id=str(uuid.uuid4()))
+        field_name = cls.id_field if issubclass(cls, ev.AgentEvent) else "session_id"
+        body = dict(payload)
+        if body.get(field_name) is None:
+            body[field_name] = ev.mint_id(field_name.removesuffix("_id"), str(by.event_id))
+        accepted = await self.submit(tenant, event_type, body, by, wait=wait)
+        return accepted, str(body[field_name])
 
     # -- the one path ----------------------------------------------------------------------
     async def current(self, tenant: str) -> TenantGraph | None:

@@ -21,6 +21,9 @@ the change, and only then (``validation.checked_plan``) whether the change appli
   memories.
 * Forgetting, and placing or releasing a legal hold: operators and auditors. A user's teams and
   role: operators.
+* Agent work (sessions, episodes, tool calls, decisions, associations): users, agents and
+  operators, for the acting user; every session, episode, decision and memory it names must be one
+  the actor may see (a session is its acting user's; operators and auditors see all).
 
 The decisions are a registry keyed by payload class (``@governs``, as ``plan.py``'s ``@planner``):
 an event type with no decision fails this module's import, so a new event type is refused to
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from engram.projections.plan import GraphState
-from engram.projections.terms import e, memory_iri, user_iri
+from engram.projections.terms import agent_iri, e, memory_iri, user_iri
 from engram.schemas import payloads as ev
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent
@@ -52,8 +55,8 @@ class Unseen(InvalidEvent):
     """The event names a memory its actor may not see, or one that does not exist: the two are
     one refusal, so a refusal never tells them apart (404 over HTTP; dead-lettered off Kafka)."""
 
-    def __init__(self, field: str, memory_id: str) -> None:
-        super().__init__(f"memory {memory_id} not found")
+    def __init__(self, field: str, memory_id: str, what: str = "memory") -> None:
+        super().__init__(f"{what} {memory_id} not found")
         self.field = field
         self.memory_id = memory_id
 
@@ -69,6 +72,9 @@ def check(event: Event, state: GraphState, teams: Set[str] | None = None) -> Non
     for name, memory_id in references(event.payload):
         if not sees(event.actor, state, memory_id, teams):
             raise Unseen(name, memory_id)
+    for name, kind, node_id in node_references(event.payload):
+        if not sees_node(event.actor, state, kind, node_id):
+            raise Unseen(name, node_id, kind)
     reason = refusal(event, state)
     if reason is not None:
         raise Forbidden(reason)
@@ -78,12 +84,42 @@ def references(p: ev.Payload) -> list[tuple[str, str]]:
     """Every memory an event names, as (field, id): the ones the actor must be able to see."""
     if isinstance(p, ev.MemoryRemembered):
         return [("replaces", p.replaces)] if p.replaces else []
+    if isinstance(p, ev.DecisionRecorded):
+        return [("relied_on", m) for m in p.relied_on]
+    if isinstance(p, ev.MemoriesAssociated):
+        ends = [("from", ev.parse_ref(p.from_ref)), ("to", ev.parse_ref(p.to_ref))]
+        return [(name, node_id) for name, (kind, node_id) in ends if kind == "memory"]
     if not isinstance(p, ev.MemoryEvent):
         return []
     named = [("memory_id", p.memory_id)]
     if isinstance(p, ev.MemorySuperseded):
         named.append(("superseded_by", p.superseded_by))
     return named
+
+
+def node_references(p: ev.Payload) -> list[tuple[str, str, str]]:
+    """Every session, episode or decision an event names, as (field, kind, id): the actor must be
+    able to see each (the agent-work nodes are the user's they were recorded for)."""
+    named: list[tuple[str, str, str | None]] = []
+    if isinstance(p, ev.SessionEnded | ev.EpisodeRecorded | ev.ToolCalled | ev.DecisionRecorded):
+        named.append(("session_id", "session", p.session_id))
+    if isinstance(p, ev.ToolCalled | ev.DecisionRecorded):
+        named.append(("episode_id", "episode", p.episode_id))
+    if isinstance(p, ev.MemoriesAssociated):
+        for name, ref in (("from", p.from_ref), ("to", p.to_ref)):
+            kind, node_id = ev.parse_ref(ref)
+            if kind != "memory":
+                named.append((name, kind, node_id))
+    return [(name, kind, node_id) for name, kind, node_id in named if node_id]
+
+
+def sees_node(actor: Actor, state: GraphState, kind: str, node_id: str) -> bool:
+    """Whether an agent-work node exists and ``actor`` may see it: operators and auditors see all,
+    anyone else the nodes recorded for their own user (``visibility.may_see_node``, for an event)."""
+    n = agent_iri(kind, node_id)
+    if not state.objects(n, e("nodeId")):
+        return False
+    return actor.role in (Role.OPERATOR, Role.AUDITOR) or _one(state, n, "actingFor") == actor.acting_user
 
 
 def sees(actor: Actor, state: GraphState, memory_id: str, teams: Set[str] | None = None) -> bool:
@@ -216,6 +252,23 @@ def _superseded(actor: Actor, state: GraphState, p: ev.MemorySuperseded) -> str 
 @governs(ev.MemoryRestored, roles=WRITERS, refused="a {role} does not restore memories")
 def _restored(actor: Actor, state: GraphState, p: ev.MemoryRestored) -> str | None:
     return _may_change(actor, state, p.memory_id, "restore")
+
+
+@governs(
+    ev.SessionStarted,
+    ev.SessionEnded,
+    ev.EpisodeRecorded,
+    ev.ToolCalled,
+    ev.DecisionRecorded,
+    ev.MemoriesAssociated,
+    roles=WRITERS,
+    refused="a {role} does not record agent work",
+)
+def _agent_work(actor: Actor, state: GraphState, p: ev.Payload) -> str | None:
+    """Agent work is recorded for the acting user: seeing every node and memory it names (checked
+    before this, as ``Unseen``) is all it needs, since an association or a decision changes neither
+    end, only links to it."""
+    return None
 
 
 def _emitted_by(role: Role) -> list[str]:

@@ -136,13 +136,20 @@ class Shapes:
     by_class: dict[str, list[NodeShape]] = field(default_factory=dict)
 
     def validate(
-        self, classes: Sequence[str], facts: Mapping[str, Sequence[Term]], ontology: Ontology
+        self,
+        classes: Sequence[str],
+        facts: Mapping[str, Sequence[Term]],
+        ontology: Ontology,
+        *,
+        memory: bool = True,
     ) -> list[str]:
-        """Violations of a node with asserted ``classes`` and ``facts`` (predicate IRI -> values)."""
+        """Violations of a node with asserted ``classes`` and ``facts`` (predicate IRI -> values);
+        ``memory``: the node is a memory, so its class must be one under :Memory (an agent-work node's
+        classes are the projection's own)."""
         out: list[str] = []
         targets: set[str] = set()
         for cls in classes:
-            if not ontology.is_memory_class(cls):
+            if memory and not ontology.is_memory_class(cls):
                 out.append(f"unknown class {_local(cls)}: not declared under :Memory in the ontology")
             targets |= ontology.superclasses.get(cls, {cls})
         for cls in sorted(targets):

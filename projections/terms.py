@@ -54,6 +54,16 @@ def spend_iri(platform: str, currency: str, period: str) -> NamedNode:
     return NamedNode(f"urn:engram:spend:{platform}:{currency}:{period}")
 
 
+def agent_iri(kind: str, node_id: str) -> NamedNode:
+    """An agent-work node: ``session``, ``episode``, ``toolcall``, ``decision`` or ``association``."""
+    return NamedNode(f"urn:engram:{kind}:{node_id}")
+
+
+def ref_iri(kind: str, node_id: str) -> NamedNode:
+    """An association's end (``payloads.parse_ref``): a memory, an episode or a decision."""
+    return memory_iri(node_id) if kind == "memory" else agent_iri(kind, node_id)
+
+
 def user_iri(user_id: str) -> NamedNode:
     return NamedNode(f"urn:engram:user:{user_id}")
 

@@ -11,7 +11,7 @@ from typing import Any
 from engram.projections import governance
 from engram.projections.knowledge import Knowledge
 from engram.projections.plan import Delta, GraphState, plan
-from engram.projections.terms import memory_iri
+from engram.projections.terms import agent_iri, memory_iri
 from engram.schemas import payloads as ev
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent
@@ -29,8 +29,11 @@ def rejection_reason(exc: BaseException) -> str:
     return f"cannot be projected: {type(exc).__name__}: {exc}"
 
 
-def node_violations(knowledge: Knowledge, delta: Delta, state: GraphState, subject: NamedNode) -> list[str]:
-    """SHACL violations of ``subject`` as it would be after ``delta``."""
+def node_violations(
+    knowledge: Knowledge, delta: Delta, state: GraphState, subject: NamedNode, *, memory: bool = True
+) -> list[str]:
+    """SHACL violations of ``subject`` as it would be after ``delta`` (a memory, by its memory
+    class; else an agent-work node, by its asserted types)."""
     removed = {(q.predicate.value, str(q.object)) for q in delta.removes if q.subject == subject}
     facts: dict[str, list[Any]] = {}
     for pred, obj in state.facts(subject):
@@ -39,6 +42,9 @@ def node_violations(knowledge: Knowledge, delta: Delta, state: GraphState, subje
     for q in delta.adds:
         if q.subject == subject and q.object not in facts.get(q.predicate.value, []):
             facts.setdefault(q.predicate.value, []).append(q.object)
+    if not memory:
+        classes = [c.value for c in facts.get(v.RDF_TYPE, [])]
+        return knowledge.shapes.validate(classes, facts, knowledge.ontology, memory=False)
     classes = [c.value for c in facts.get(v.ENGRAM + "memoryClass", [])]
     return knowledge.shapes.validate(classes, facts, knowledge.ontology)
 
@@ -71,4 +77,19 @@ def checked_plan(knowledge: Knowledge, event: Event, position: Position, state: 
         violations = node_violations(knowledge, delta, state, memory_iri(p.memory_id))
         if violations:
             raise InvalidEvent("shape violations: " + "; ".join(violations))
+    if isinstance(p, ev.AgentEvent):  # the node it records, against the agent types' shapes
+        node = agent_iri(NODE_KINDS[p.id_field], getattr(p, p.id_field))
+        violations = node_violations(knowledge, delta, state, node, memory=False)
+        if violations:
+            raise InvalidEvent("shape violations: " + "; ".join(violations))
     return delta
+
+
+# an agent event's id field -> the kind of node it records (``terms.agent_iri``)
+NODE_KINDS = {
+    "session_id": "session",
+    "episode_id": "episode",
+    "call_id": "toolcall",
+    "decision_id": "decision",
+    "association_id": "association",
+}

@@ -62,6 +62,45 @@ class OnConflict(StrEnum):
     KEEP_BOTH = "keep_both"
 
 
+class Relation(StrEnum):
+    """The types of an association (``MemoriesAssociated``), each a predicate of the ontology
+    (``RELATION_PREDICATES``) that the projection asserts from one end to the other, so rules join on it."""
+
+    RELATES_TO = "relates_to"
+    SUPPORTS = "supports"
+    CONTRADICTS = "contradicts"
+    REFINES = "refines"
+    DEPENDS_ON = "depends_on"
+    CAUSED_BY = "caused_by"
+    PART_OF = "part_of"
+
+
+RELATION_PREDICATES: Final = {
+    Relation.RELATES_TO: "relatesTo",
+    Relation.SUPPORTS: "supports",
+    Relation.CONTRADICTS: "contradicts",
+    Relation.REFINES: "refines",
+    Relation.DEPENDS_ON: "dependsOn",
+    Relation.CAUSED_BY: "causedBy",
+    Relation.PART_OF: "partOf",
+}
+
+
+class ToolOutcome(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+
+
+# What an association's end or a decision's live data names: a memory id, or a typed reference.
+REF_KINDS: Final = ("episode", "decision")
+DIGEST_RE: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
+DECISION_MAX: Final = 4096
+SUMMARY_MAX: Final = 4096
+CITED_MAX: Final = 64
+
+
 def values(enum: type[StrEnum]) -> frozenset[str]:
     """The values of ``enum``, for a membership test on untrusted input."""
     return frozenset(member.value for member in enum)

@@ -81,6 +81,33 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "StakeholderChanged": {"user_id": "sam", "team_ids": ["growth", "brand"], "role": "user"},
     "LegalHoldPlaced": {"memory_id": "m1", "reason": "litigation 2026-17"},
     "LegalHoldReleased": {"memory_id": "m1", "reason": "case closed"},
+    "SessionStarted": {"session_id": "s1", "goal": "plan December's Meta spend"},
+    "SessionEnded": {"session_id": "s1", "outcome": "done"},
+    "EpisodeRecorded": {"episode_id": "e1", "session_id": "s1", "summary": "Sam asked for more Meta reach"},
+    "ToolCalled": {
+        "call_id": "c1",
+        "session_id": "s1",
+        "episode_id": "e1",
+        "tool": "check_plan",
+        "arguments_digest": "sha256:" + "ab" * 32,
+        "outcome": "ok",
+    },
+    "DecisionRecorded": {
+        "decision_id": "d1",
+        "session_id": "s1",
+        "episode_id": "e1",
+        "decision": "Hold Meta spend at the cap",
+        "relied_on": ["m1"],
+        "live_data": ["spend:meta:USD:2026-11", "kpi:roas:2026-11"],
+        "spend": {"platform": "meta", "amount": 8000.0, "currency": "USD", "period": "2026-11"},
+        "target_change": {"metric": "roas", "value": 3.1},
+    },
+    "MemoriesAssociated": {
+        "association_id": "a1",
+        "from_ref": "m1",
+        "to_ref": "decision:d1",
+        "relation": "supports",
+    },
 }
 
 

@@ -299,6 +299,12 @@ EMITTED_BY = {
     "StakeholderChanged": {"operator"},
     "LegalHoldPlaced": {"operator", "auditor"},
     "LegalHoldReleased": {"operator", "auditor"},
+    "SessionStarted": {"user", "agent", "operator"},
+    "SessionEnded": {"user", "agent", "operator"},
+    "EpisodeRecorded": {"user", "agent", "operator"},
+    "ToolCalled": {"user", "agent", "operator"},
+    "DecisionRecorded": {"user", "agent", "operator"},
+    "MemoriesAssociated": {"user", "agent", "operator"},
 }
 
 

@@ -109,8 +109,51 @@ def lifecycle(ids: list[str]) -> list[st.SearchStrategy[tuple[str, dict]]]:
     ]
 
 
+# Agent work the rules judge (rules/plans.dlog, rules/associations.dlog): decisions citing memories
+# with a planned spend or a target change, and associations between memories and decisions, some
+# refused (an unknown memory, a taken id), so the plan and decision rules move with every
+# supersession, forget, spend, KPI and clock tick beside them.
+PLANNED_PERIODS = st.sampled_from(["2026-11", "2026-12", "2027-01", "2026-W49", "2026-Q4", "2026-12-02"])
+AGENT_OPS = [
+    st.builds(
+        lambda d, cited, p, a, c, per, kpi: (
+            "DecisionRecorded",
+            {
+                "decision_id": d,
+                "decision": f"decision {d}",
+                "relied_on": cited,
+                "spend": {"platform": p, "amount": a, "currency": c, "period": per},
+                **({"target_change": kpi} if kpi else {}),
+            },
+        ),
+        st.sampled_from(["d1", "d2", "d3"]),
+        st.lists(st.sampled_from(IDS), max_size=2, unique=True),
+        st.sampled_from(["meta", "google"]),
+        st.sampled_from([0.0, 800.0, 6000.0, 8000.0]),
+        st.sampled_from(["USD", "EUR"]),
+        PLANNED_PERIODS,
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"metric": st.sampled_from(["roas", "cpa"]), "value": st.sampled_from([1.0, 2.9, 3.0, 30.0])}
+            ),
+        ),
+    ),
+    st.builds(
+        lambda i, f, t, r: (
+            "MemoriesAssociated",
+            {"association_id": i, "from_ref": f, "to_ref": t, "relation": r},
+        ),
+        st.sampled_from(["a1", "a2", "a3", "a4"]),
+        st.sampled_from(IDS),
+        st.sampled_from([*IDS, "decision:d1", "decision:d2"]),
+        st.sampled_from(["supports", "contradicts", "depends_on"]),
+    ).filter(lambda op: op[1]["from_ref"] != op[1]["to_ref"]),
+]
+
 OPS = st.one_of(
     remember(),
+    *AGENT_OPS,
     st.builds(
         lambda m, ch: ("MemoryRevised", {"memory_id": m, "changes": ch}),
         st.sampled_from(IDS),

@@ -1,0 +1,85 @@
+"""Decision records (DESIGN §7): record what was decided, citing the memories and live data it
+relied on (and the action decided on, which ``rules/plans.dlog`` checks against the active
+constraints: a decision that breaches one is flagged ``breached_constraint``), and ask which
+decisions relied on a memory (``?relied_on=``: cited, or associated as supporting the decision).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from engram.api.deps import (
+    Commands,
+    CurrentPrincipal,
+    IdempotencyKey,
+    TenantId,
+    TenantStore,
+    get_principal,
+    not_found,
+    write_attribution,
+)
+from engram.api.errors import responses
+from engram.api.models import anchored
+from engram.api.models.agents import AgentAccepted, DecisionCreate, DecisionsPublic, NarrativeItem
+from engram.api.routes.sessions import WRITES, answer
+from engram.projections.agents import decision, decisions_relying_on, may_see_node
+from engram.projections.terms import e, memory_iri
+from engram.projections.visibility import sight
+from engram.schemas import vocabulary as v
+from fastapi import APIRouter, Depends, Path, Query
+
+router = APIRouter(
+    prefix="/v1/tenants/{tenant}/decisions",
+    tags=["agent work"],
+    dependencies=[Depends(get_principal)],
+    responses=responses(401, 404, 429),
+)
+
+DecisionId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A decision id")]
+
+
+@router.post("", response_model=AgentAccepted, status_code=202, responses=WRITES)
+async def record_decision(
+    tenant: TenantId,
+    body: DecisionCreate,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> AgentAccepted:
+    """Append DecisionRecorded. Every memory it cites must be one the principal may see (else 404,
+    as for a memory that does not exist); every live-data reference one that was observed (422)."""
+    by = write_attribution(tenant, body, who, idempotency_key)
+    return answer(await commands.record_agent_work(tenant, "DecisionRecorded", body.payload(), by, wait=wait))
+
+
+@router.get("", response_model=DecisionsPublic, responses=responses(422))
+async def list_decisions(
+    tenant: TenantId,
+    graph: TenantStore,
+    who: CurrentPrincipal,
+    relied_on: Annotated[str, Query(pattern=anchored(v.ID_RE.pattern), description="A memory id")],
+) -> DecisionsPublic:
+    """The decisions the principal may see that relied on the memory, in log order; a memory the
+    principal may not see is 404, as one that does not exist."""
+    sees = sight(graph, who) if graph is not None else None
+    if (
+        graph is None
+        or sees is None
+        or not sees(relied_on)
+        or not graph.objects(memory_iri(relied_on), e("memoryId"))
+    ):
+        raise not_found(f"memory {relied_on}", ["query", "relied_on"])
+    ids = decisions_relying_on(graph, relied_on, who, sees)
+    data = [NarrativeItem.model_validate(decision(graph, i, sees)) for i in ids]
+    return DecisionsPublic(data=data, count=len(ids))
+
+
+@router.get("/{decision_id}", response_model=NarrativeItem, responses=responses(422))
+async def read_decision(
+    tenant: TenantId, decision_id: DecisionId, graph: TenantStore, who: CurrentPrincipal
+) -> NarrativeItem:
+    """One decision with its statuses, each explained by the rule that derived it."""
+    if graph is None or not may_see_node(graph, who, "decision", decision_id):
+        raise not_found(f"decision {decision_id}")
+    return NarrativeItem.model_validate(decision(graph, decision_id, sight(graph, who)))
