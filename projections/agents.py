@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engram.projections.explain import sentence, show
-from engram.projections.plan import planned_facts
+from engram.projections.plan_agents import planned_facts
 from engram.projections.read import typed
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import (
