@@ -3,8 +3,8 @@
 A tool's input schema is not written here: it is the route's own (path and query parameters and
 the body model, read from the API's OpenAPI document, ``engram.api.mcp.schemas``), or, with
 ``schema_from``, the ``input_schema`` a route answers (``remember``: the ontology's memory tool).
-A verb whose route the server does not serve is left out of ``tools/list``, so an entry may be
-added before its route lands.
+A verb whose route the server does not serve is left out of ``tools/list`` (an older server), so an
+entry may be added before its route lands.
 """
 
 from __future__ import annotations
@@ -85,56 +85,107 @@ VERBS: tuple[Verb, ...] = (
         "POST",
         "/memories/{memory_id}/forget",
     ),
-)
-
-# ---------------------------------------------------------------------------------------------
-# PENDING: the verbs of issue 24 item 1-3 whose routes are being built in parallel. Each is served
-# as soon as the server has its route (its schema is the route's), so these entries need checking,
-# not writing, when the routes land: the paths are the ones on branches s24-verbs and s24-agent (each
-# builds a tool from its route there); the descriptions are the brief's, to be checked against the code.
-# ---------------------------------------------------------------------------------------------
-PENDING: tuple[Verb, ...] = (
     Verb(
         "recognize",
-        "Is this entity or label already known? Exact, structural-key and similar matches with "
-        "the reason each matched; call it before writing.",
+        "Is this already known? Call it before remembering something new. Give the label (and the "
+        "memory_class, scope and properties it would be written with): answers known and the "
+        "matches strongest first, each with its reason: exact (the same label), structural (the "
+        "rules' conflict key: class and label, metric or platform, same scope), similar (cosine).",
         "POST",
         "/recognize",
     ),
     Verb(
         "justify",
-        "One memory's provenance: source, actor, purpose, every event that touched it, the "
-        "supersession chain and the rule derivation of its statuses.",
+        "Why a memory is believed, in one answer: source, actor, purpose, valid and system time, "
+        "every event that touched it, the supersession chain, its statuses and every derived fact "
+        "with its rule derivation tree. status keeps one derived fact (e.g. budgetStatus); as_of "
+        "answers as the system knew it then.",
         "GET",
         "/memories/{memory_id}/justify",
     ),
-    Verb("associate", "A typed, directed link between two memories.", "POST", "/associations"),
+    Verb(
+        "associate",
+        "Link two things with a typed, directed relation (relates_to, supports, contradicts, "
+        "refines, depends_on, caused_by, part_of). from and to are each a memory id, "
+        "episode:{id} or decision:{id}; a memory that supports a decision counts as one it relied on.",
+        "POST",
+        "/associations",
+    ),
     Verb(
         "resolve",
-        "Resolve conflicting memories by a declared policy (a dry run unless apply is true).",
+        "Settle the memories the rules flag as conflicting by a policy (prefer_newer, "
+        "prefer_higher_confidence, prefer_more_specific_scope, prefer_human): one of each set stays, "
+        "the others are superseded by it. A dry run (nothing written) unless apply is true; "
+        "memory_ids keeps the sets holding one of them.",
         "POST",
         "/conflicts/resolve",
     ),
-    Verb("summarise", "A deterministic, extractive summary of a session or a topic.", "GET", "/summary"),
     Verb(
-        "episodes_in",
-        "A session's narrative: its episodes, tool calls and decisions in order.",
+        "summarise",
+        "A deterministic, extractive summary (no model) of the active memories about a topic, or of "
+        "all of them: counts by kind, class, scope and importance, statuses, conflicts, the most "
+        "important in their own words, and the same as markdown (text).",
         "GET",
-        "/sessions/{session_id}/episodes",
+        "/summary",
     ),
     Verb(
         "check_plan",
-        "Check a proposed action against the active constraints: every one it would breach or "
-        "bring near its limit, with the rule's explanation.",
+        "Before acting: check a proposed action against the stored constraints. Give exactly one of "
+        "spend {platform, amount, currency, period} or target_change {metric, value}; answers ok "
+        "(no breach) and every active constraint it would breach or bring near its limit, with the "
+        "rule's explanation. Nothing is written.",
         "POST",
         "/plans/check",
     ),
     Verb(
         "record_decision",
-        "Record a decision, citing the memories and live data it relied on.",
+        "Record a decision: what was decided, the memories (relied_on) and live data (live_data: "
+        "spend:{platform}:{currency}:{period}, kpi:{metric}:{period}) it relied on, and the action "
+        "(spend or target_change), which the rules check: one that breaches an active constraint is "
+        "flagged breached_constraint.",
         "POST",
         "/decisions",
     ),
+    Verb(
+        "decisions_relying_on",
+        "Which decisions relied on this memory (cited in relied_on, or associated as supports), "
+        "in log order.",
+        "GET",
+        "/decisions",
+    ),
+    Verb(
+        "start_session",
+        "Start an agent session (its goal, optional): answers its id, to name in the session's "
+        "episodes, tool calls and decisions.",
+        "POST",
+        "/sessions",
+    ),
+    Verb(
+        "end_session",
+        "End a session, with its outcome; it takes nothing more afterwards.",
+        "POST",
+        "/sessions/{session_id}/end",
+    ),
+    Verb(
+        "record_episode",
+        "Record one step of a session's narrative: a summary of what happened.",
+        "POST",
+        "/sessions/{session_id}/episodes",
+    ),
+    Verb(
+        "record_tool_call",
+        "Record a tool call in a session: the tool, a digest of its arguments (sha256: and 64 hex "
+        "digits; never the arguments) and its outcome (ok, error, refused, timeout).",
+        "POST",
+        "/sessions/{session_id}/tool-calls",
+    ),
+    Verb(
+        "episodes_in",
+        "A session's narrative: the session (goal, end, outcome) and its episodes, tool calls and "
+        "decisions in log order.",
+        "GET",
+        "/sessions/{session_id}/episodes",
+    ),
 )
 
-TOOLS: tuple[Verb, ...] = VERBS + PENDING
+TOOLS: tuple[Verb, ...] = VERBS

@@ -9,17 +9,20 @@ carries the API's status and reason, word for word.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import jwt
 import pytest
-from engram.api.mcp.verbs import PENDING, VERBS
+from engram.api.mcp.verbs import VERBS
 from engram.streams.topics import ensure_topics
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -27,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, TextContent
 
+import engram
 from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import Settings
 
@@ -34,15 +38,38 @@ pytestmark = pytest.mark.integration
 
 TRANSPORTS = ["stdio", "http"]
 ACME, GLOBEX = "acme-mcp", "globex-mcp"
+DEMO = Path(engram.__file__).parent / "demo" / "acme.jsonl"
+TOOLS = {
+    "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
+    "recognize", "justify", "associate", "resolve", "summarise", "check_plan", "record_decision",
+    "decisions_relying_on", "start_session", "end_session", "record_episode", "record_tool_call",
+    "episodes_in",
+}  # fmt: skip
+META_8K = {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"}
+BREACH = "breaches meta-cap: spend 34,000 + 8,000 = 42,000 of cap 40,000 USD = 105%"
 
 
 @pytest.fixture(scope="module")
 def server(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server; ACME seeded with the demo tenant's events (engram/demo/acme.jsonl, its tenant
+    renamed) through `engram produce`: the Meta cap 40,000 USD a month, 34,000 spent in 2026-11."""
     root = tmp_path_factory.mktemp("mcp")
     settings = isolated_settings(broker, root / "data")
     asyncio.run(ensure_topics(settings))
     srv = Server(settings, root / "server.log").start()
     srv.wait_ready()
+    demo = root / "acme.jsonl"
+    lines = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    demo.write_text("".join(json.dumps({**line, "tenant": ACME}) + "\n" for line in lines))
+    produced = subprocess.run(
+        [sys.executable, "-m", "engram.cli", "produce", str(demo)],
+        env={**os.environ, **settings_env(settings)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert produced.returncode == 0 and f"produced {len(lines)} events" in produced.stdout, produced
+    srv.wait_ready()  # the projector has handled every record in the log
     yield srv
     srv.stop()
 
@@ -115,11 +142,22 @@ def test_tools_are_the_routes_own(server: Server, transport: str) -> None:
 
     tools, resources = run(server, transport, token(server, ACME), body)
     by_name = {t.name: t for t in tools.tools}
-    assert {v.name for v in VERBS} <= set(by_name)
-    openapi = server.http.get(f"{server.url}/openapi.json").json()
-    for pending in PENDING:  # served exactly when the server has the route
-        route = openapi["paths"].get("/v1/tenants/{tenant}" + pending.path, {})
-        assert (pending.method.lower() in route) == (pending.name in by_name)
+    assert set(by_name) == {v.name for v in VERBS} == TOOLS
+    for verb in VERBS:
+        assert by_name[verb.name].description == verb.description
+        assert not {"source", "actor", "event_id", "wait", "tenant"} & set(by_name[verb.name].inputSchema)
+    plan = by_name["check_plan"].inputSchema
+    assert set(plan["properties"]) == {"spend", "target_change"} and "required" not in plan
+    assert set(plan["$defs"]["PlannedSpendIn"]["required"]) == {"platform", "amount", "currency", "period"}
+    resolve = by_name["resolve"].inputSchema
+    assert resolve["required"] == ["policy"] and {"apply", "memory_ids"} <= set(resolve["properties"])
+    assert "source" not in resolve["properties"]  # the MCP layer attributes it
+    assert set(by_name["associate"].inputSchema["required"]) == {"from", "to", "relation"}
+    assert set(by_name["record_tool_call"].inputSchema["required"]) == {
+        "session_id", "tool", "arguments_digest", "outcome"
+    }  # fmt: skip
+    assert by_name["justify"].inputSchema["required"] == ["memory_id"]
+    assert {"status", "as_of"} <= set(by_name["justify"].inputSchema["properties"])
     tool = server.http.get(f"{server.url}/v1/tenants/{ACME}/memory-tool").json()
     assert by_name["remember"].inputSchema == tool["input_schema"]
     recall = by_name["recall"].inputSchema
@@ -269,3 +307,113 @@ def test_a_session_never_crosses_tenants(server: Server) -> None:
         r = httpx.post(f"{server.url}/mcp/", headers=crossed, json=ping)
         unknown = httpx.post(f"{server.url}/mcp/", headers={**crossed, "mcp-session-id": "f" * 32}, json=ping)
         assert r.status_code == 404 and r.json() == unknown.json()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_remember_recall_justify_check_plan_and_a_session(server: Server, transport: str) -> None:
+    """An agent's turn over MCP on the demo numbers: remember, recall it, justify it, check a Meta
+    spend of 8,000 for 2026-11 (a breach at 105%), and record the session's work and decision."""
+    label = f"Meta pacing {transport} {uuid.uuid4().hex[:6]}"
+    bearer = server.bearer(ACME, role="agent", user="ads-agent", on_behalf_of="sam")["Authorization"][7:]
+
+    async def body(s: ClientSession) -> dict[str, CallToolResult]:
+        out: dict[str, CallToolResult] = {}
+
+        async def tool(key: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            out[key] = result = await s.call_tool(name, arguments)
+            assert not result.isError, f"{name}: {text(result)}"
+            assert result.structuredContent is not None
+            return result.structuredContent
+
+        mine = {"scope": "user", "stakeholders": {"user_id": "sam"}}
+        written = await tool("remember", "remember", memory(label, **mine))
+        await tool("recall", "recall", {"q": label, "limit": 3})
+        await tool("justify", "justify", {"memory_id": written["memory_id"]})
+        await tool("known", "recognize", {"label": label})
+        await tool("plan", "check_plan", {"spend": META_8K})
+        await tool("cap", "justify", {"memory_id": "meta-cap", "status": "budgetStatus"})
+        session = await tool("session", "start_session", {"goal": "November's Meta spend"})
+        digest = "sha256:" + "ab" * 32
+        call = {
+            "session_id": session["id"],
+            "tool": "check_plan",
+            "arguments_digest": digest,
+            "outcome": "ok",
+        }
+        await tool("call", "record_tool_call", call)
+        decided = await tool("decision", "record_decision", {
+            "decision": "Do not add 8,000 on Meta", "relied_on": ["meta-cap", written["memory_id"]],
+            "live_data": ["spend:meta:USD:2026-11"], "spend": META_8K, "session_id": session["id"],
+        })  # fmt: skip
+        await tool("end", "end_session", {"session_id": session["id"], "outcome": "held"})
+        await tool("story", "episodes_in", {"session_id": session["id"]})
+        await tool("relied", "decisions_relying_on", {"relied_on": "meta-cap"})
+        await tool("summary", "summarise", {"topic": "meta"})
+        out["decided"] = await s.call_tool("justify", {"memory_id": decided["id"]})  # not a memory
+        return out
+
+    got = run(server, transport, bearer, body)
+    sc = {k: r.structuredContent for k, r in got.items()}
+    memory_id = sc["remember"]["memory_id"]
+    assert sc["remember"]["applied"] is True
+    assert sc["recall"]["data"][0]["id"] == memory_id
+    why = sc["justify"]
+    assert (why["memory_id"], why["label"], why["source"]) == (memory_id, label, "agent")
+    assert why["actor"] == {"id": "ads-agent", "role": "agent"} and len(why["events"]) == 1
+    first = sc["known"]["matches"][0]
+    assert sc["known"]["known"] and (first["id"], first["reason"]) == (memory_id, "exact")
+    [finding] = sc["plan"]["findings"]
+    assert sc["plan"]["ok"] is False
+    assert (finding["status"], finding["memory_id"], finding["explanation"]) == ("breach", "meta-cap", BREACH)
+    assert [d["predicate"] for d in sc["cap"]["derived"]] == ["budgetStatus"]
+    story = sc["story"]
+    assert story["goal"] == "November's Meta spend" and story["outcome"] == "held"
+    assert [i["type"] for i in story["items"]] == ["tool_call", "decision"]
+    assert "breached_constraint" in [st["status"] for st in story["items"][1]["statuses"]]
+    assert sc["decision"]["id"] in [d["id"] for d in sc["relied"]["data"]]
+    assert "meta-cap" in [i["id"] for i in sc["summary"]["top"]]
+    # the tool's answer is the route's, word for word
+    direct = server.http.post(
+        f"{server.url}/v1/tenants/{ACME}/plans/check",
+        json={"spend": META_8K},
+        headers={"Authorization": f"Bearer {bearer}"},
+    )
+    assert json.loads(text(got["plan"])) == direct.json()
+    assert (
+        got["decided"].isError
+        and text(got["decided"]) == f"404: memory {sc['decision']['id']} not found (path)"
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_agent_verbs_refuse_as_the_api_does(server: Server, transport: str) -> None:
+    """A pipeline may not start a session (403 naming the rule), a plan on an unknown platform is
+    422, and an acme id with a globex token is answered as a missing one: each as the API says it."""
+    pipeline = token(server, ACME, role="pipeline", user="spend-etl")
+    refused = run(server, transport, pipeline, lambda s: s.call_tool("start_session", {"goal": "x"}))
+    direct = server.http.post(
+        f"{server.url}/v1/tenants/{ACME}/sessions",
+        json={"goal": "x"},
+        headers={"Authorization": f"Bearer {pipeline}"},
+    )
+    assert direct.status_code == 403 and refused.isError and text(refused) == api_reason(direct)
+    typo = {"spend": {**META_8K, "platform": "metta"}}
+    bad = run(server, transport, token(server, ACME), lambda s: s.call_tool("check_plan", typo))
+    direct = server.http.post(f"{server.url}/v1/tenants/{ACME}/plans/check", json=typo)
+    assert direct.status_code == 422 and bad.isError and text(bad) == api_reason(direct)
+
+    async def body(s: ClientSession) -> Any:
+        return (
+            await s.call_tool("justify", {"memory_id": "meta-cap"}),
+            await s.call_tool("justify", {"memory_id": "no-such-memory"}),
+            await s.call_tool("record_decision", {"decision": "x", "relied_on": ["meta-cap"]}),
+            await s.call_tool("check_plan", {"spend": META_8K}),
+        )
+
+    theirs, missing, cite, plan = run(server, transport, token(server, GLOBEX), body)
+    assert text(theirs) == "404: memory meta-cap not found (path)"
+    assert text(missing) == "404: memory no-such-memory not found (path)"
+    assert cite.isError and text(cite).startswith("404: memory meta-cap not found")
+    # acme's cap is not globex's: nothing of it in globex's answer. (A tenant with no store yet is
+    # answered ok with no findings, not the 422 an unknown platform gets: the route's, as is.)
+    assert "meta-cap" not in text(plan) and "40,000" not in text(plan)

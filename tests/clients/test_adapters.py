@@ -14,7 +14,7 @@ from engram_client import AsyncEngram, Engram
 from engram_client.adapters.langchain import EngramRetriever
 from engram_client.adapters.langchain import engram_tools as langchain_tools
 from engram_client.adapters.pydantic_ai import engram_toolset, memory_instructions
-from engram_client.tools import DEFAULT_TOOLS
+from engram_client.tools import DEFAULT_TOOLS, TOOLS
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -22,6 +22,25 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.clients.conftest import Live
 
 pytestmark = pytest.mark.integration
+
+
+META_8K = {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"}
+BREACH = "breaches meta-cap: spend 34,000 + 8,000 = 42,000 of cap 40,000 USD = 105%"
+
+
+@pytest.fixture(scope="module")
+def demo(live: Live) -> str:
+    """A tenant with the demo's numbers: Meta cap 40,000 USD a month, 34,000 spent in 2026-11."""
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    with Engram(live.url, live.token(tenant)) as op:
+        op.remember(
+            "Meta monthly cap", "Never spend more than $40k/month on Meta.", kind="objective", importance=5,
+            memory_class="BudgetConstraintMemory", memory_id="meta-cap", source="onboarding", wait=True,
+            properties={"platform": "meta", "amount": 40000.0, "currency": "USD", "period": "month"},
+        )  # fmt: skip
+    with Engram(live.url, live.token(tenant, role="pipeline", user="spend-etl")) as etl:
+        etl.observe_spend("meta", 34000.0, "USD", "2026-11", source="pipeline", wait=True)
+    return tenant
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +140,50 @@ def test_a_pydantic_ai_agent_over_the_async_client(live: Live, seeded: tuple[str
 
     (hits,) = json.loads(asyncio.run(run()))
     assert hits[0]["id"] == memory_id
+
+
+def test_check_plan_through_langchain(live: Live, demo: str) -> None:
+    """The LangChain tool's schema is typed (spend or target_change); a call answers the breach."""
+    with Engram(live.url, live.token(demo, role="agent", user="bot", on_behalf_of="sam")) as mem:
+        tools = {t.name: t for t in langchain_tools(mem, list(TOOLS))}
+        assert set(tools) == set(TOOLS) and set(DEFAULT_TOOLS) < set(TOOLS)
+        assert set(tools["check_plan"].args) == {"spend", "target_change"}
+        answer = tools["check_plan"].invoke({"spend": META_8K})
+        assert answer["ok"] is False
+        assert [(f["status"], f["memory_id"], f["explanation"]) for f in answer["findings"]] == [
+            ("breach", "meta-cap", BREACH)
+        ]
+        typo = tools["check_plan"].invoke({"spend": {**META_8K, "platform": "metta"}})
+        assert typo["status"] == 422 and "metta" in typo["reason"]
+        recorded = tools["record_decision"].invoke(
+            {"decision": "Hold Meta spend", "relied_on": ["meta-cap"], "spend": META_8K}
+        )
+        assert mem.get_decision(recorded["id"]).relied_on == ["meta-cap"]
+        why = tools["justify"].invoke({"memory_id": "meta-cap", "status": "budgetStatus"})
+        assert [d["predicate"] for d in why["derived"]] == ["budgetStatus"]
+
+    async def acheck() -> Any:
+        async with AsyncEngram(live.url, live.token(demo)) as amem:
+            (check,) = langchain_tools(amem, ["check_plan"])
+            return await check.ainvoke({"spend": META_8K})
+
+    assert asyncio.run(acheck())["findings"][0]["explanation"] == BREACH
+
+
+def test_check_plan_through_a_pydantic_ai_agent(live: Live, demo: str) -> None:
+    """A scripted Pydantic AI agent checks the plan, is told it breaches the Meta cap, records the
+    decision citing the cap and justifies the cap's status."""
+    with Engram(live.url, live.token(demo, role="agent", user="bot", on_behalf_of="sam")) as mem:
+        model = scripted(
+            [
+                ("check_plan", {"spend": META_8K}),
+                ("record_decision", {"decision": "Do not add 8,000 on Meta", "relied_on": ["meta-cap"]}),
+                ("justify", {"memory_id": "meta-cap"}),
+            ]
+        )
+        agent = Agent(model, toolsets=[engram_toolset(mem)])
+        result = agent.run_sync("May we add 8,000 USD on Meta in November 2026?")
+        plan, recorded, why = json.loads(result.output)
+        assert plan["ok"] is False and plan["findings"][0]["explanation"] == BREACH
+        assert mem.decisions("meta-cap").data[-1].id == recorded["id"]
+        assert why["memory_id"] == "meta-cap" and why["source"] == "onboarding"

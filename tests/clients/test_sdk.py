@@ -4,6 +4,8 @@ once, and refusals that carry the API's reason."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 import uuid
 
@@ -11,21 +13,30 @@ import httpx
 import pytest
 from engram_client import (
     Accepted,
+    AgentAccepted,
     AsyncEngram,
     Conflict,
     ConnectionFailed,
     Context,
+    DecisionPage,
     Engram,
     Forbidden,
     Invalid,
+    Justification,
     Memory,
+    NarrativeItem,
     NotFound,
+    PlanCheck,
     RateLimited,
     Recall,
+    Recognition,
+    Resolution,
     Retry,
+    SessionNarrative,
+    Summary,
     Unauthorized,
 )
-from engram_client.calls import Calls
+from engram_client.calls import Calls, digest
 
 from tests.clients.conftest import FaultyProxy, Live, canned
 
@@ -225,34 +236,195 @@ def test_the_async_client(live: Live) -> None:
     asyncio.run(turn())
 
 
-# The verbs issue 24 adds (recognize, justify, associate, resolve, summarise, episodes_in,
-# check_plan, record_decision) were written while their routes were being built. Each one the
-# server serves must be at the path and method the client calls; those it does not serve yet are
-# listed, not tested.
-PROVISIONAL = {
-    "recognize": lambda c: c.recognize("x"),
-    "justify": lambda c: c.justify("m1"),
-    "associate": lambda c: c.associate("m1", "m2", "relates_to"),
-    "resolve": lambda c: c.resolve("prefer_newer"),
-    "summarise": lambda c: c.summarise(topic="x"),
-    "episodes_in": lambda c: c.episodes_in("s1"),
-    "check_plan": lambda c: c.check_plan({"spend": {}}),
-    "record_decision": lambda c: c.record_decision("x"),
+CAP = {
+    "memory_id": "meta-cap",
+    "memory_class": "BudgetConstraintMemory",
+    "properties": {"platform": "meta", "amount": 40000.0, "currency": "USD", "period": "month"},
 }
+META_8K = {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"}
+AGENT = {"role": "agent", "user": "ads-agent", "on_behalf_of": "sam"}
 
 
-def test_the_provisional_verbs_name_routes_the_server_serves_if_it_has_them(live: Live) -> None:
+def demo_numbers(live: Live, t: str) -> None:
+    """The demo tenant's numbers: Meta cap 40,000 USD a month, 34,000 spent in 2026-11."""
+    with Engram(live.url, live.token(t)) as op:
+        op.remember(
+            "Meta monthly cap", "Never spend more than $40k/month on Meta.", kind="objective",
+            importance=5, source="onboarding", wait=True, **CAP,  # type: ignore[arg-type]
+        )  # fmt: skip
+    with Engram(live.url, live.token(t, role="pipeline", user="spend-etl")) as etl:
+        etl.observe_spend("meta", 34000.0, "USD", "2026-11", source="pipeline", wait=True)
+
+
+def test_the_agent_verbs_at_their_routes(live: Live) -> None:
+    """recognize, check_plan on the demo numbers, a session's narrative with a decision the rules
+    flag, which decisions relied on the cap, justify, associate, summarise: each typed."""
+    t = tenant()
+    demo_numbers(live, t)
+    with Engram(live.url, live.token(t, **AGENT)) as mem:
+        known = mem.recognize("meta MONTHLY  cap", memory_class="BudgetConstraintMemory")
+        assert isinstance(known, Recognition) and known.known
+        assert (known.matches[0].id, known.matches[0].reason) == ("meta-cap", "exact")
+        unknown = mem.recognize("Brand colour", min_score=0.99)
+        assert not unknown.known and unknown.matches == []
+
+        plan = mem.check_plan(spend=META_8K)
+        assert isinstance(plan, PlanCheck) and plan.ok is False
+        [breach] = plan.breaches
+        assert (breach.status, breach.memory_id) == ("breach", "meta-cap")
+        assert breach.explanation == (
+            "breaches meta-cap: spend 34,000 + 8,000 = 42,000 of cap 40,000 USD = 105%"
+        )
+        assert mem.check_plan(spend={**META_8K, "amount": 1000}).ok is True
+        with pytest.raises(Invalid, match="metta"):
+            mem.check_plan(spend={**META_8K, "platform": "metta"})
+        with pytest.raises(Invalid, match="exactly one"):
+            mem.check_plan()
+
+        session = mem.start_session("plan November's Meta spend", wait=True)
+        assert isinstance(session, AgentAccepted) and session.id and mem.position == session.position
+        episode = mem.record_episode(session.id, "Checked the plan against the Meta cap", wait=True)
+        arguments = {"spend": META_8K}
+        called = mem.record_tool_call(session.id, "check_plan", "ok", arguments=arguments, wait=True)
+        decided = mem.record_decision(
+            "Spend 8,000 more on Meta in November",
+            relied_on=["meta-cap"],
+            live_data=["spend:meta:USD:2026-11"],
+            spend=META_8K,
+            session_id=session.id,
+            episode_id=episode.id,
+            wait=True,
+        )
+        story = mem.episodes_in(session.id)
+        assert isinstance(story, SessionNarrative) and story.goal == "plan November's Meta spend"
+        assert [(i.type, i.id) for i in story.items] == [
+            ("episode", episode.id),
+            ("tool_call", called.id),
+            ("decision", decided.id),
+        ]
+        assert story.items[1].arguments_digest == digest(arguments)
+        assert (
+            digest(arguments)
+            == "sha256:"
+            + hashlib.sha256(
+                json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()
+            ).hexdigest()
+        )
+        got = mem.get_decision(decided.id)
+        assert isinstance(got, NarrativeItem) and got.relied_on == ["meta-cap"]
+        assert "breached_constraint" in [s.status for s in got.statuses or []]
+        relied = mem.decisions("meta-cap")
+        assert isinstance(relied, DecisionPage) and [d.id for d in relied.data] == [decided.id]
+
+        why = mem.justify("meta-cap")
+        assert isinstance(why, Justification) and why.source == "onboarding"
+        assert why.actor.id == "dana" and len(why.events) == 1
+        assert why.statuses["budgetStatus"] == "near_limit"
+        status = mem.justify("meta-cap", status="budgetStatus")
+        assert [d.predicate for d in status.derived] == ["budgetStatus"]
+        assert status.derived[0].derivations[0].rule
+        with pytest.raises(NotFound, match="memory nope not found"):
+            mem.justify("nope")
+
+        linked = mem.associate(f"episode:{episode.id}", "meta-cap", "depends_on", wait=True)
+        assert isinstance(linked, AgentAccepted) and linked.id
+        with pytest.raises(NotFound):
+            mem.associate("meta-cap", "decision:nope", "supports")
+
+        summary = mem.summarise("meta", top=3)
+        assert isinstance(summary, Summary) and summary.topic == "meta"
+        assert [i.id for i in summary.top] == ["meta-cap"] and "Meta monthly cap" in summary.text
+
+        mem.end_session(session.id, "decided; the cap is breached", wait=True)
+        assert mem.episodes_in(session.id).outcome == "decided; the cap is breached"
+        with pytest.raises(Conflict, match="has ended"):
+            mem.record_episode(session.id, "too late", wait=True)
+        with pytest.raises(ValueError, match="exactly one"):
+            mem.record_tool_call(session.id, "x", "ok")
+
+
+def test_resolve_dry_run_then_apply(live: Live) -> None:
+    """Two launch dates entered side by side: a dry run writes nothing; apply supersedes the loser
+    and moves the client's position to the supersession it appended."""
+    t = tenant()
+    with Engram(live.url, live.token(t)) as op:
+        first = {"label": "Launch day", "kind": "fact", "importance": 3}
+        op.remember(content="3 March", memory_id="d1", occurred_at="2026-01-01T00:00:00Z", wait=True, **first)  # type: ignore[arg-type]
+        op.remember(
+            content="10 March", memory_id="d2", occurred_at="2026-02-01T00:00:00Z", on_conflict="keep_both",
+            wait=True, **first,  # type: ignore[arg-type]
+        )  # fmt: skip
+        dry = op.resolve("prefer_newer")
+        assert isinstance(dry, Resolution) and dry.applied is False
+        [group] = dry.sets
+        assert (group.winner, group.members, group.superseded[0].memory_id) == ("d2", ["d1", "d2"], "d1")
+        assert group.superseded[0].event is None and op.get_memory("d1").active
+        before = op.position
+        done = op.resolve("prefer_newer", memory_ids=["d1"], apply=True, wait=True)
+        event = done.sets[0].superseded[0].event
+        assert done.applied and event is not None and event.applied
+        assert op.position == event.position != before
+        gone = op.get_memory("d1")
+        assert (gone.active, gone.superseded_by) == (False, "d2")
+        with pytest.raises(Invalid, match="in no conflict"):
+            op.resolve("prefer_newer", memory_ids=["d2"])
+
+
+def test_the_agent_verbs_async(live: Live) -> None:
+    t = tenant()
+    demo_numbers(live, t)
+
+    async def turn() -> None:
+        async with AsyncEngram(live.url, live.token(t, **AGENT)) as mem:
+            session = await mem.start_session("async turn")
+            plan, known = await asyncio.gather(
+                mem.check_plan(spend=META_8K), mem.recognize("Meta monthly cap")
+            )
+            assert not plan.ok and plan.breaches[0].memory_id == "meta-cap" and known.known
+            decided = await mem.record_decision(
+                "Hold Meta spend", relied_on=["meta-cap"], session_id=session.id
+            )
+            story = await mem.episodes_in(session.id)  # read-your-writes: the server waits for it
+            assert [i.id for i in story.items] == [decided.id]
+            assert (await mem.justify("meta-cap")).memory_id == "meta-cap"
+            assert (await mem.summarise()).count == 1
+            assert (await mem.decisions("meta-cap")).count == 1
+
+    asyncio.run(turn())
+
+
+def test_every_verb_names_a_route_the_server_serves(live: Live) -> None:
+    """Each call the client builds is at a path and method of the server's OpenAPI document."""
     paths = httpx.get(f"{live.url}/openapi.json").json()["paths"]
     calls = Calls("acme")
-    served = []
-    for name, build in PROVISIONAL.items():
-        call = build(calls)
+    built = [
+        calls.recognize("x"),
+        calls.justify("m1"),
+        calls.associate("m1", "decision:d1", "supports"),
+        calls.resolve("prefer_newer"),
+        calls.summarise("x"),
+        calls.check_plan(spend=META_8K),
+        calls.record_decision("x"),
+        calls.get_decision("d1"),
+        calls.decisions("m1"),
+        calls.start_session(),
+        calls.end_session("s1"),
+        calls.record_episode("s1", "x"),
+        calls.record_tool_call("s1", "t", "ok", arguments={}),
+        calls.episodes_in("s1"),
+    ]
+    for call in built:
         template = "/v1/tenants/{tenant}" + call.path.removeprefix("/v1/tenants/acme")
-        matches = [p for p in paths if _same_template(p, template)]
-        if matches:
-            served.append(name)
-            assert call.method.lower() in paths[matches[0]], f"{name}: {call.method} {template}"
-    print("provisional verbs the server serves:", served or "none yet")
+        [route] = [p for p in paths if _same_template(p, template)]
+        assert call.method.lower() in paths[route], f"{call.method} {template}"
+        assert call.is_write == (call.method == "POST" and route not in _READS_BY_POST)
+
+
+_READS_BY_POST = {
+    "/v1/tenants/{tenant}/recognize",
+    "/v1/tenants/{tenant}/plans/check",
+    "/v1/tenants/{tenant}/conflicts/resolve",  # a dry run; apply=True is a write
+}
 
 
 def _same_template(route: str, path: str) -> bool:

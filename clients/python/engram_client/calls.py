@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import email.utils
+import hashlib
 import json
 import time
 import uuid
@@ -21,7 +22,23 @@ from urllib.parse import quote
 
 import httpx
 
-from engram_client.models import Accepted, Answer, Context, Memory, MemoryPage, Recall
+from engram_client.models import (
+    Accepted,
+    AgentAccepted,
+    Answer,
+    Context,
+    DecisionPage,
+    Justification,
+    Memory,
+    MemoryPage,
+    NarrativeItem,
+    PlanCheck,
+    Recall,
+    Recognition,
+    Resolution,
+    SessionNarrative,
+    Summary,
+)
 
 T = TypeVar("T")
 Kind = Literal["preference", "fact", "objective", "context"]
@@ -30,6 +47,9 @@ Source = Literal["agent", "extraction", "operator", "onboarding", "pipeline", "s
 OnConflict = Literal["ask", "replace", "keep_both"]
 Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
 Policy = Literal["prefer_newer", "prefer_higher_confidence", "prefer_more_specific_scope", "prefer_human"]
+Relation = Literal["relates_to", "supports", "contradicts", "refines", "depends_on", "caused_by", "part_of"]
+Outcome = Literal["ok", "error", "refused", "timeout"]
+A = TypeVar("A", bound=Accepted)
 
 RETRY_STATUSES = frozenset({429, 503})
 # Errors after which the request may or may not have reached the server: safe to send again only
@@ -53,6 +73,8 @@ class Call(Generic[T]):
     body: Any = None
     idempotency_key: str | None = None
     carries_position: bool = False
+    # the parts of a write's answer that hold positions (default: the answer itself)
+    positions: Callable[[Any], list[Any]] | None = None
 
     @property
     def is_write(self) -> bool:
@@ -154,7 +176,8 @@ class Calls:
         purpose: str | None = None,
         correlation_id: str | None = None,
         occurred_at: str | None = None,
-    ) -> Call[Accepted]:
+        read: Callable[[Any], A] = Accepted.model_validate,  # type: ignore[assignment]
+    ) -> Call[A]:
         attribution = {
             "source": source or self.source,
             "purpose": purpose,
@@ -164,7 +187,7 @@ class Calls:
         return Call(
             method,
             self.root + path,
-            Accepted.model_validate,
+            read,
             params=_params({"wait": True if wait else None}),
             body={**_drop_none(attribution), **body},
             idempotency_key=_key(key),
@@ -176,6 +199,9 @@ class Calls:
         """A verb whose answer the client does not model field by field (permissive)."""
         read = Answer.model_validate
         return Call(method, self.root + path, read, params=_params(params), body=body, idempotency_key=key)
+
+    def _read(self, path: str, read: Callable[[Any], T], method: str = "GET", **params: Any) -> Call[T]:
+        return Call(method, self.root + path, read, params=_params(params))
 
     # -- memories -------------------------------------------------------------------------------
     def remember(
@@ -424,47 +450,47 @@ class Calls:
         body = {"platform": platform, "amount": amount, "currency": currency, "period": period}
         return self._write("/spend", body, key=idempotency_key, wait=wait, source=source)
 
-    # -- the verbs of issue 24 ------------------------------------------------------------------
-    # PROVISIONAL: written against the routes issue 24 names while they were being built; their
-    # answers are read permissively (``Answer``). Each says whether the server had it when the
-    # client was written; see the README's table.
-
+    # -- the verbs around a write: recognize, justify, resolve, summarise -------------------------
     def recognize(
         self,
         label: str,
         *,
+        content: str | None = None,
         memory_class: str | None = None,
         scope: Scope | None = None,
-        content: str | None = None,
+        properties: Mapping[str, Any] | None = None,
         limit: int | None = None,
-    ) -> Call[Answer]:
-        """PROVISIONAL (``POST …/recognize``): is this already known? ids with why each matched
-        (exact, structural key, similarity). Ask before writing."""
+        include_inactive: bool | None = None,
+        min_score: float | None = None,
+    ) -> Call[Recognition]:
+        """Is this already known? (``POST …/recognize``) Ask before writing, with the memory as it
+        would be written: matches strongest first, each with its reason (``exact``: the label;
+        ``structural``: the rules' conflict key, which needs ``memory_class`` and, for targets and
+        budgets, ``properties``' metric or platform; ``similar``: cosine ≥ ``min_score``)."""
         body = _drop_none(
-            {"label": label, "memory_class": memory_class, "scope": scope, "content": content, "limit": limit}
+            {
+                "label": label,
+                "content": content,
+                "memory_class": memory_class,
+                "scope": scope,
+                "properties": dict(properties) if properties else None,
+                "limit": limit,
+                "include_inactive": include_inactive,
+                "min_score": min_score,
+            }
         )
-        return self._verb("POST", "/recognize", body=body)
+        return Call("POST", f"{self.root}/recognize", Recognition.model_validate, body=body)
 
-    def justify(self, memory_id: str, *, as_of: str | None = None) -> Call[Answer]:
-        """PROVISIONAL (``GET …/memories/{id}/justify``): provenance, every event, the
-        supersession chain and the rule derivations, in one answer."""
-        return self._verb("GET", f"/memories/{_id(memory_id)}/justify", as_of=as_of)
-
-    def associate(
-        self,
-        source_id: str,
-        target_id: str,
-        relation: str,
-        *,
-        source: Source | None = None,
-        wait: bool = False,
-        idempotency_key: str | None = None,
-        **fields: Any,
-    ) -> Call[Accepted]:
-        """PROVISIONAL (``POST …/associations``): a typed, directed link between two memories (or a
-        memory and an episode or decision). Extra keyword fields go into the body as given."""
-        body = {"source_id": source_id, "target_id": target_id, "relation": relation, **fields}
-        return self._write("/associations", body, key=idempotency_key, wait=wait, source=source)
+    def justify(
+        self, memory_id: str, *, status: str | None = None, as_of: str | None = None
+    ) -> Call[Justification]:
+        """Why a memory is believed (``GET …/memories/{id}/justify``): source, actor, purpose, every
+        event, the supersession chain, statuses and each derived fact's rule derivation tree.
+        ``status`` keeps one derived fact (``budgetStatus``; 404 if it has none); ``as_of`` (a time
+        or ``partition:offset``) answers as the system knew it then."""
+        return self._read(
+            f"/memories/{_id(memory_id)}/justify", Justification.model_validate, status=status, as_of=as_of
+        )
 
     def resolve(
         self,
@@ -472,41 +498,223 @@ class Calls:
         *,
         memory_ids: Sequence[str] | None = None,
         apply: bool = False,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
         idempotency_key: str | None = None,
-    ) -> Call[Answer]:
-        """PROVISIONAL (``POST …/conflicts/resolve?apply=``): settle flagged conflicts by a policy;
-        a dry run unless ``apply``. Applying is a write: it carries an idempotency key."""
-        body = _drop_none({"policy": policy, "memory_ids": list(memory_ids) if memory_ids else None})
-        key = _key(idempotency_key) if apply else idempotency_key
-        return self._verb("POST", "/conflicts/resolve", body=body, key=key, apply=apply)
+    ) -> Call[Resolution]:
+        """Settle the conflicts the rules flag (``POST …/conflicts/resolve``) by ``policy``: a dry run
+        (nothing written) unless ``apply``, which supersedes each set's losers by its winner (a
+        write: it carries an idempotency key, and the client keeps the furthest position)."""
+        body = _drop_none(
+            {
+                "source": source or self.source,
+                "purpose": purpose,
+                "policy": policy,
+                "memory_ids": list(memory_ids) if memory_ids else None,
+            }
+        )
+        return Call(
+            "POST",
+            f"{self.root}/conflicts/resolve",
+            Resolution.model_validate,
+            params=_params({"apply": apply, "wait": True if wait else None}),
+            body=body,
+            idempotency_key=_key(idempotency_key) if apply else None,
+            positions=_resolved_events,
+        )
 
-    def summarise(
-        self, *, session_id: str | None = None, topic: str | None = None, limit: int | None = None
-    ) -> Call[Answer]:
-        """PROVISIONAL (``GET …/summary``): a deterministic summary of a session or a topic."""
-        return self._verb("GET", "/summary", session=session_id, topic=topic, limit=limit)
+    def summarise(self, topic: str | None = None, *, top: int | None = None) -> Call[Summary]:
+        """A deterministic, extractive summary (``GET …/summary``, no model) of the active memories
+        about ``topic``, or of all of them: counts, statuses, conflicts, the ``top`` most important
+        and the same as markdown (``text``)."""
+        return self._read("/summary", Summary.model_validate, topic=topic, top=top)
 
-    def episodes_in(self, session_id: str) -> Call[Answer]:
-        """PROVISIONAL (``GET …/sessions/{id}/episodes``): a session's episodes, tool calls and
-        decisions, in order."""
-        return self._verb("GET", f"/sessions/{_id(session_id)}/episodes")
-
-    def check_plan(self, action: Mapping[str, Any]) -> Call[Answer]:
-        """PROVISIONAL (``POST …/plans/check``): the active constraints a proposed action would
-        breach or bring near their limit, e.g. ``{"spend": {"platform": "meta", "amount": 8000,
-        "currency": "USD", "period": "2026-12"}}``."""
-        return self._verb("POST", "/plans/check", body=dict(action))
+    # -- plans and decisions --------------------------------------------------------------------
+    def check_plan(
+        self, *, spend: Mapping[str, Any] | None = None, target_change: Mapping[str, Any] | None = None
+    ) -> Call[PlanCheck]:
+        """Check a proposed action against the active constraints (``POST …/plans/check``), before
+        taking it: exactly one of ``spend={"platform", "amount", "currency", "period"}`` or
+        ``target_change={"metric", "value"}``. Answers ``ok`` and every constraint it would breach
+        or bring near its limit, explained by the rule. Nothing is written."""
+        body = _drop_none(
+            {
+                "spend": dict(spend) if spend is not None else None,
+                "target_change": dict(target_change) if target_change is not None else None,
+            }
+        )
+        return Call("POST", f"{self.root}/plans/check", PlanCheck.model_validate, body=body)
 
     def record_decision(
         self,
         decision: str,
         *,
         relied_on: Sequence[str] | None = None,
+        live_data: Sequence[str] | None = None,
+        spend: Mapping[str, Any] | None = None,
+        target_change: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        episode_id: str | None = None,
+        decision_id: str | None = None,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[AgentAccepted]:
+        """Record a decision (``POST …/decisions``): what was decided, the memories (``relied_on``)
+        and observations (``live_data``: ``spend:meta:USD:2026-11``, ``kpi:roas:2026-11``) it relied
+        on, and the action (``spend`` or ``target_change``), which the rules judge: one that breaches
+        an active constraint is flagged ``breached_constraint`` (see :meth:`get_decision`)."""
+        body = _drop_none(
+            {
+                "decision_id": decision_id,
+                "session_id": session_id,
+                "episode_id": episode_id,
+                "decision": decision,
+                "relied_on": list(relied_on) if relied_on else None,
+                "live_data": list(live_data) if live_data else None,
+                "spend": dict(spend) if spend is not None else None,
+                "target_change": dict(target_change) if target_change is not None else None,
+            }
+        )
+        return self._agent("/decisions", body, idempotency_key, wait, source, purpose)
+
+    def get_decision(self, decision_id: str) -> Call[NarrativeItem]:
+        """One decision with what it relied on, the constraints it breaches and its statuses."""
+        return self._read(f"/decisions/{_id(decision_id)}", NarrativeItem.model_validate)
+
+    def decisions(self, relied_on: str) -> Call[DecisionPage]:
+        """Which decisions relied on this memory (``GET …/decisions?relied_on=``): cited, or
+        associated as ``supports``, in log order."""
+        return self._read("/decisions", DecisionPage.model_validate, relied_on=relied_on)
+
+    def associate(
+        self,
+        from_ref: str,
+        to_ref: str,
+        relation: Relation,
+        *,
+        association_id: str | None = None,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[AgentAccepted]:
+        """A typed, directed link (``POST …/associations``) from ``from_ref`` to ``to_ref``, each a
+        memory id, ``episode:{id}`` or ``decision:{id}``."""
+        body = _drop_none(
+            {"association_id": association_id, "from": from_ref, "to": to_ref, "relation": relation}
+        )
+        return self._agent("/associations", body, idempotency_key, wait, source, purpose)
+
+    # -- sessions -------------------------------------------------------------------------------
+    def start_session(
+        self,
+        goal: str | None = None,
+        *,
+        session_id: str | None = None,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[AgentAccepted]:
+        """Start a session (``POST …/sessions``); ``id`` of the answer names it."""
+        body = _drop_none({"session_id": session_id, "goal": goal})
+        return self._agent("/sessions", body, idempotency_key, wait, source, purpose)
+
+    def end_session(
+        self,
+        session_id: str,
+        outcome: str | None = None,
+        *,
         source: Source | None = None,
         wait: bool = False,
         idempotency_key: str | None = None,
-        **fields: Any,
-    ) -> Call[Accepted]:
-        """PROVISIONAL (``POST …/decisions``): what was decided, citing the memories it relied on."""
-        body = _drop_none({"decision": decision, "relied_on": list(relied_on) if relied_on else None})
-        return self._write("/decisions", {**body, **fields}, key=idempotency_key, wait=wait, source=source)
+    ) -> Call[AgentAccepted]:
+        """End a session (``POST …/sessions/{id}/end``); it takes nothing more (409 after)."""
+        body = _drop_none({"outcome": outcome})
+        return self._agent(f"/sessions/{_id(session_id)}/end", body, idempotency_key, wait, source, None)
+
+    def record_episode(
+        self,
+        session_id: str,
+        summary: str,
+        *,
+        episode_id: str | None = None,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[AgentAccepted]:
+        """One step of a session's narrative (``POST …/sessions/{id}/episodes``)."""
+        body = _drop_none({"episode_id": episode_id, "summary": summary})
+        return self._agent(f"/sessions/{_id(session_id)}/episodes", body, idempotency_key, wait, source, None)
+
+    def record_tool_call(
+        self,
+        session_id: str,
+        tool: str,
+        outcome: Outcome,
+        *,
+        arguments: Any = None,
+        arguments_digest: str | None = None,
+        episode_id: str | None = None,
+        call_id: str | None = None,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[AgentAccepted]:
+        """A tool call in a session (``POST …/sessions/{id}/tool-calls``): the tool, its outcome and a
+        digest of its arguments, never the arguments: give ``arguments`` (digested here, SHA-256 of
+        their canonical JSON: :func:`digest`) or ``arguments_digest`` (``sha256:`` + 64 hex)."""
+        if (arguments is None) == (arguments_digest is None):
+            raise ValueError("give exactly one of arguments (digested here) or arguments_digest")
+        body = _drop_none(
+            {
+                "call_id": call_id,
+                "episode_id": episode_id,
+                "tool": tool,
+                "arguments_digest": arguments_digest or digest(arguments),
+                "outcome": outcome,
+            }
+        )
+        return self._agent(
+            f"/sessions/{_id(session_id)}/tool-calls", body, idempotency_key, wait, source, None
+        )
+
+    def episodes_in(self, session_id: str) -> Call[SessionNarrative]:
+        """A session's narrative (``GET …/sessions/{id}/episodes``): the session and its episodes,
+        tool calls and decisions in log order."""
+        return self._read(f"/sessions/{_id(session_id)}/episodes", SessionNarrative.model_validate)
+
+    def _agent(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        key: str | None,
+        wait: bool,
+        source: Source | None,
+        purpose: str | None,
+    ) -> Call[AgentAccepted]:
+        return self._write(
+            path, body, key=key, wait=wait, source=source, purpose=purpose, read=AgentAccepted.model_validate
+        )
+
+
+def digest(arguments: Any) -> str:
+    """``sha256:`` and the hex SHA-256 of ``arguments`` as canonical JSON (sorted keys, no spaces):
+    what a tool call records instead of its arguments."""
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _resolved_events(answer: Any) -> list[Any]:
+    """The supersessions an applied ``resolve`` appended (each a write's 202)."""
+    if not isinstance(answer, dict):
+        return []
+    return [
+        loser["event"]
+        for group in answer.get("sets", [])
+        for loser in group.get("superseded", [])
+        if isinstance(loser, dict) and loser.get("event")
+    ]

@@ -73,7 +73,8 @@ class _Base:
             raise error_from(response, retry_after(response))
         data = response.json() if response.content else None
         if call.is_write:
-            self._note(data)
+            for accepted in call.positions(data) if call.positions else [data]:
+                self._note(accepted)
         return call.read(data)
 
     def _retryable(self, attempt: int, response: httpx.Response) -> bool:
@@ -189,12 +190,18 @@ class Engram(_Base):
     observe_spend = _sync(Calls.observe_spend)
     recognize = _sync(Calls.recognize)
     justify = _sync(Calls.justify)
-    associate = _sync(Calls.associate)
     resolve = _sync(Calls.resolve)
     summarise = _sync(Calls.summarise)
-    episodes_in = _sync(Calls.episodes_in)
     check_plan = _sync(Calls.check_plan)
     record_decision = _sync(Calls.record_decision)
+    get_decision = _sync(Calls.get_decision)
+    decisions = _sync(Calls.decisions)
+    associate = _sync(Calls.associate)
+    start_session = _sync(Calls.start_session)
+    end_session = _sync(Calls.end_session)
+    record_episode = _sync(Calls.record_episode)
+    record_tool_call = _sync(Calls.record_tool_call)
+    episodes_in = _sync(Calls.episodes_in)
 
 
 class AsyncEngram(_Base):
@@ -266,9 +273,15 @@ class AsyncEngram(_Base):
     observe_spend = _async(Calls.observe_spend)
     recognize = _async(Calls.recognize)
     justify = _async(Calls.justify)
-    associate = _async(Calls.associate)
     resolve = _async(Calls.resolve)
     summarise = _async(Calls.summarise)
-    episodes_in = _async(Calls.episodes_in)
     check_plan = _async(Calls.check_plan)
     record_decision = _async(Calls.record_decision)
+    get_decision = _async(Calls.get_decision)
+    decisions = _async(Calls.decisions)
+    associate = _async(Calls.associate)
+    start_session = _async(Calls.start_session)
+    end_session = _async(Calls.end_session)
+    record_episode = _async(Calls.record_episode)
+    record_tool_call = _async(Calls.record_tool_call)
+    episodes_in = _async(Calls.episodes_in)

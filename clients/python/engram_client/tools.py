@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram_client.calls import Call, Calls, Kind
+from engram_client.calls import Call, Calls, Kind, Outcome, Policy, Relation
 from engram_client.client import AsyncEngram, Engram
 from engram_client.errors import EngramError
-from engram_client.models import Accepted, Context, Recall
+from engram_client.models import Accepted, AgentAccepted, Context, Recall
 
 
 class _Args(BaseModel):
@@ -55,24 +55,103 @@ class SupersedeArgs(_Args):
 
 
 class RecognizeArgs(_Args):
-    label: str = Field(description="The entity or label to look up")
-    memory_class: str | None = Field(None, description="Its class, if known")
+    label: str = Field(description="The label the memory would be written with")
+    content: str | None = Field(None, description="Its content, for the similarity match")
+    memory_class: str | None = Field(
+        None, description="Its class (needed for the structural match), e.g. BudgetConstraintMemory"
+    )
+    properties: dict[str, Any] | None = Field(
+        None, description="Its properties; a target's metric or a budget's platform is part of its key"
+    )
+
+
+class JustifyArgs(_Args):
+    memory_id: str = Field(description="The memory's id")
+    status: str | None = Field(None, description="Only this derived fact, e.g. budgetStatus or targetStatus")
+
+
+class Spend(_Args):
+    platform: str = Field(description="The ad platform, e.g. meta")
+    amount: float = Field(ge=0, description="The amount to spend")
+    currency: str = Field(description="ISO 4217, e.g. USD")
+    period: str = Field(description="The calendar period it falls in: 2026-11, 2026-Q4, 2026-W49")
+
+
+class TargetChange(_Args):
+    metric: str = Field(description="The KPI, e.g. roas")
+    value: float = Field(description="Its expected value if the action is taken")
 
 
 class CheckPlanArgs(_Args):
-    action: dict[str, Any] = Field(
-        description='The proposed action, e.g. {"spend": {"platform": "meta", "amount": 8000, '
-        '"currency": "USD", "period": "2026-12"}}'
+    spend: Spend | None = Field(None, description="A planned spend (give this or target_change)")
+    target_change: TargetChange | None = Field(
+        None, description="A planned change of a KPI (give this or spend)"
     )
 
 
 class DecisionArgs(_Args):
     decision: str = Field(description="What was decided")
     relied_on: list[str] | None = Field(None, description="Ids of the memories the decision relied on")
+    live_data: list[str] | None = Field(
+        None,
+        description="Observations it relied on: spend:{platform}:{currency}:{period}, kpi:{metric}:{period}",
+    )
+    spend: Spend | None = Field(None, description="The spend decided on, if any")
+    target_change: TargetChange | None = Field(None, description="The KPI change decided on, if any")
+    session_id: str | None = Field(None, description="The session it was made in")
+
+
+class AssociateArgs(_Args):
+    from_ref: str = Field(description="A memory id, episode:{id} or decision:{id}")
+    to_ref: str = Field(description="A memory id, episode:{id} or decision:{id}")
+    relation: Relation = Field(description="How from_ref relates to to_ref")
+
+
+class ResolveArgs(_Args):
+    policy: Policy = Field(description="Which memory of a conflicting set stays")
+    memory_ids: list[str] | None = Field(None, description="Only the sets holding one of these")
+    apply: bool = Field(False, description="false: a dry run, nothing written; true: supersede the losers")
+
+
+class SummariseArgs(_Args):
+    topic: str | None = Field(None, description="What to summarise; absent: every active memory")
+    top: int = Field(10, ge=0, le=100, description="How many of the most important to show")
+
+
+class SessionIdArgs(_Args):
+    session_id: str = Field(description="The session's id")
+
+
+class StartSessionArgs(_Args):
+    goal: str | None = Field(None, description="What the session is for")
+
+
+class EndSessionArgs(_Args):
+    session_id: str = Field(description="The session's id")
+    outcome: str | None = Field(None, description="How it ended")
+
+
+class ToolCallArgs(_Args):
+    session_id: str = Field(description="The session's id")
+    tool: str = Field(description="The tool that was called")
+    arguments: dict[str, Any] = Field(description="Its arguments (only their SHA-256 digest is recorded)")
+    outcome: Outcome = Field(description="ok, error, refused or timeout")
+
+
+class ReliedOnArgs(_Args):
+    memory_id: str = Field(description="The memory (e.g. a constraint) decisions may have relied on")
+
+
+def _dump(model: BaseModel | None) -> dict[str, Any] | None:
+    return model.model_dump() if model is not None else None
 
 
 def _accepted(a: Accepted) -> dict[str, Any]:
     return {"memory_id": a.memory_id, "event_id": a.event_id, "position": a.position}
+
+
+def _recorded(a: AgentAccepted) -> dict[str, Any]:
+    return {"id": a.id, "event_id": a.event_id, "position": a.position}
 
 
 def _recall(r: Recall) -> list[dict[str, Any]]:
@@ -100,7 +179,6 @@ class ToolSpec:
     args: type[BaseModel]
     build: Callable[[Calls, Any], Call[Any]]
     render: Callable[[Any], Any]
-    provisional: bool = False
 
     def parse(self, arguments: dict[str, Any]) -> Any:
         return self.args.model_validate(arguments)
@@ -177,42 +255,119 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "recognize",
-            "Is this entity or label already known? Ask before remembering something new.",
+            "Is this already known? Ask before remembering something new: the known memories "
+            "that match, each with why (the same label, the same key under the rules, similar).",
             RecognizeArgs,
-            lambda c, a: c.recognize(a.label, memory_class=a.memory_class),
+            lambda c, a: c.recognize(
+                a.label, content=a.content, memory_class=a.memory_class, properties=a.properties
+            ),
             _plain,
-            provisional=True,
         ),
         ToolSpec(
             "justify",
-            "Why a memory or status is believed: its source, who set it, every change and the rules.",
-            MemoryIdArgs,
-            lambda c, a: c.justify(a.memory_id),
+            "Why a memory is believed: its source, who set it, every change, what superseded it "
+            "and the rule derivation of each of its statuses.",
+            JustifyArgs,
+            lambda c, a: c.justify(a.memory_id, status=a.status),
             _plain,
-            provisional=True,
         ),
         ToolSpec(
             "check_plan",
-            "Before acting: the stored constraints a proposed action would breach or bring near their limit.",
+            "Before acting: the stored constraints a proposed spend or KPI change would breach or "
+            "bring near their limit, each explained. ok is false if any would be breached.",
             CheckPlanArgs,
-            lambda c, a: c.check_plan(a.action),
+            lambda c, a: c.check_plan(spend=_dump(a.spend), target_change=_dump(a.target_change)),
             _plain,
-            provisional=True,
         ),
         ToolSpec(
             "record_decision",
-            "Record a decision you made, citing the memories it relied on.",
+            "Record a decision you made, citing the memories and live data it relied on and the "
+            "action decided on (checked against the constraints by the rules).",
             DecisionArgs,
-            lambda c, a: c.record_decision(a.decision, relied_on=a.relied_on),
-            _accepted,
-            provisional=True,
+            lambda c, a: c.record_decision(
+                a.decision,
+                relied_on=a.relied_on,
+                live_data=a.live_data,
+                spend=_dump(a.spend),
+                target_change=_dump(a.target_change),
+                session_id=a.session_id,
+            ),
+            _recorded,
+        ),
+        ToolSpec(
+            "summarise",
+            "A summary of what is known about a topic (or everything): counts, statuses, conflicts "
+            "and the most important memories, as markdown.",
+            SummariseArgs,
+            lambda c, a: c.summarise(a.topic, top=a.top),
+            lambda s: s.text,
+        ),
+        ToolSpec(
+            "associate",
+            "Link two memories (or a memory and an episode:{id} or decision:{id}) with a typed relation.",
+            AssociateArgs,
+            lambda c, a: c.associate(a.from_ref, a.to_ref, a.relation),
+            _recorded,
+        ),
+        ToolSpec(
+            "resolve",
+            "Settle conflicting memories by a policy: a dry run unless apply is true.",
+            ResolveArgs,
+            lambda c, a: c.resolve(a.policy, memory_ids=a.memory_ids, apply=a.apply),
+            _plain,
+        ),
+        ToolSpec(
+            "decisions_relying_on",
+            "The decisions that relied on a memory (e.g. a budget constraint), in order.",
+            ReliedOnArgs,
+            lambda c, a: c.decisions(a.memory_id),
+            _plain,
+        ),
+        ToolSpec(
+            "start_session",
+            "Start a session of agent work; answers its id.",
+            StartSessionArgs,
+            lambda c, a: c.start_session(a.goal),
+            _recorded,
+        ),
+        ToolSpec(
+            "end_session",
+            "End a session, with its outcome.",
+            EndSessionArgs,
+            lambda c, a: c.end_session(a.session_id, a.outcome),
+            _recorded,
+        ),
+        ToolSpec(
+            "record_tool_call",
+            "Record a tool call in a session: the tool, its outcome and a digest of its arguments.",
+            ToolCallArgs,
+            lambda c, a: c.record_tool_call(a.session_id, a.tool, a.outcome, arguments=a.arguments),
+            _recorded,
+        ),
+        ToolSpec(
+            "episodes_in",
+            "A session's narrative: its episodes, tool calls and decisions, in order.",
+            SessionIdArgs,
+            lambda c, a: c.episodes_in(a.session_id),
+            _plain,
         ),
     ]
 }
-# The tools an adapter gives unless told otherwise: the verbs every engram server has. The
-# provisional ones (recognize, justify, check_plan, record_decision) are there by name, for a
-# server that has their routes (issue 24).
-DEFAULT_TOOLS: tuple[str, ...] = tuple(name for name, spec in TOOLS.items() if not spec.provisional)
+# The tools an adapter gives unless told otherwise: what a model needs in a turn. The rest
+# (associate, resolve, decisions_relying_on and the session bookkeeping, usually the host's job)
+# are there by name (``names=[…]``).
+DEFAULT_TOOLS: tuple[str, ...] = (
+    "recall",
+    "get_context",
+    "remember",
+    "get_memory",
+    "supersede",
+    "recognize",
+    "justify",
+    "check_plan",
+    "record_decision",
+    "summarise",
+)
 
 
 def specs(names: Sequence[str] | None = None) -> list[ToolSpec]:
