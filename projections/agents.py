@@ -239,11 +239,11 @@ def check_plan(
     a scratch copy of the tenant's graph with the action added (see the module's docstring); only
     constraints ``sees`` lets through are answered. Raises ``UnknownName`` for a platform or metric
     the tenant knows nothing of (a typo would otherwise pass as "nothing breached")."""
-    if graph is not None and spend is not None and spend.platform not in known_platforms(graph):
+    if spend is not None and (graph is None or spend.platform not in known_platforms(graph)):
         raise UnknownName(f"unknown platform {spend.platform!r}: no spend or budget cap on it is known")
-    if graph is not None and target_change is not None and target_change.metric not in known_metrics(graph):
+    if target_change is not None and (graph is None or target_change.metric not in known_metrics(graph)):
         raise UnknownName(f"unknown metric {target_change.metric!r}: no definition, KPI or target names it")
-    if graph is None:
+    if graph is None:  # neither: a plan of nothing
         return []
     knowledge = graph.knowledge
     scratch = Store()  # in memory: gone when this returns

@@ -414,6 +414,6 @@ def test_the_agent_verbs_refuse_as_the_api_does(server: Server, transport: str) 
     assert text(theirs) == "404: memory meta-cap not found (path)"
     assert text(missing) == "404: memory no-such-memory not found (path)"
     assert cite.isError and text(cite).startswith("404: memory meta-cap not found")
-    # acme's cap is not globex's: nothing of it in globex's answer. (A tenant with no store yet is
-    # answered ok with no findings, not the 422 an unknown platform gets: the route's, as is.)
+    # acme's cap is not globex's: nothing of it in globex's answer, which knows no platform meta
     assert "meta-cap" not in text(plan) and "40,000" not in text(plan)
+    assert plan.isError and text(plan).startswith("422: unknown platform 'meta'"), text(plan)
