@@ -118,7 +118,9 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
     async with AsyncExitStack() as stack:
         sdk = await stack.enter_async_context(AsyncEngram(server.url, token))
         http = await stack.enter_async_context(httpx.AsyncClient(headers=headers, timeout=60))
-        read, write, _ = await stack.enter_async_context(streamable_http_client(f"{server.url}/mcp/", http_client=http))
+        read, write, _ = await stack.enter_async_context(
+            streamable_http_client(f"{server.url}/mcp/", http_client=http)
+        )
         mcp = await stack.enter_async_context(ClientSession(read, write))
         await mcp.initialize()
         names = {t.name for t in (await mcp.list_tools()).tools}
