@@ -46,7 +46,10 @@ class LagMonitor:
         """The next offset the log will give ``partition`` of the events topic; None if no such partition."""
         tp = TopicPartition(self.settings.events_topic, partition)
         if partition not in (self._consumer.partitions_for_topic(tp.topic) or set()):
-            await self._consumer.topics()  # refresh the metadata once before saying no
-            if partition not in (self._consumer.partitions_for_topic(tp.topic) or set()):
+            # Ask the broker (``consumer.topics()`` fetches metadata without adding it to the
+            # consumer's own, so a process whose consumer had not yet read this topic, e.g. one
+            # never asked /readyz, said "no such partition" for every position).
+            described = await self._admin.describe_topics([tp.topic])
+            if partition not in {p["partition"] for d in described for p in d.get("partitions") or []}:
                 return None
         return (await self._consumer.end_offsets([tp]))[tp]  # type: ignore[no-any-return]
