@@ -11,9 +11,11 @@ turn is the five calls an agent makes for one request, as an agent principal act
   remember(a user-scoped MarketingMemory) → record_decision(citing the cap and the spend)
 
 The SDK path is ``engram_client.AsyncEngram`` (one keep-alive connection); the MCP path is the
-official ``mcp`` client over streamable HTTP at ``/mcp/`` (one session). Both writes wait until
-the projection has applied them (MCP's tools always do; the SDK is given ``wait=True``), so the two
-paths do the same work. Latency is the client's wall clock, its parsing included. Prints one JSON
+official ``mcp`` client over streamable HTTP at ``/mcp/`` (one session). Neither path's writes
+wait for the projection: each is answered once the log has it (202, its position), and
+read-your-writes rides on ``after=``: the SDK client and the MCP session each keep their last
+write's position and send it with the next turn's ``context`` read, which answers once the graph
+has it (so the two paths do the same work, and a turn sees the previous turn's writes). Latency is the client's wall clock, its parsing included. Prints one JSON
 object: p50/p95/mean per call and per turn for each path, MCP's overhead per call (p50/p95 of MCP
 minus the SDK's) and the targets. Progress goes to stderr.
 """
@@ -134,7 +136,7 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
                 ms[name].append((time.perf_counter() - t) * 1e3)
                 return out
 
-            await timed("context", sdk.context(q))
+            await timed("context", sdk.context(q))  # after= the previous turn's last write
             await timed("recall", sdk.recall(q, limit=5))
             plan = await timed("check_plan", sdk.check_plan({"spend": SPEND}))
             assert plan.ok is False, plan
@@ -148,16 +150,15 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
                     memory_class="MarketingMemory",
                     scope="user",
                     user_id=USER,
-                    wait=True,
                 ),
             )
+            assert wish.applied is False, wish  # answered on append, not once applied
             await timed(
                 "record_decision",
                 sdk.record_decision(
                     f"Hold the 8,000 for turn {i}: it breaches the Meta cap.",
                     relied_on=["meta-cap", wish.memory_id],
                     live_data=["spend:meta:USD:2026-11"],
-                    wait=True,
                 ),
             )
 
@@ -187,6 +188,7 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
                     "stakeholders": {"user_id": USER},
                 },
             )
+            assert wish.get("applied") is False, wish  # answered on append, not once applied
             await call(
                 "record_decision",
                 "record_decision",

@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram.api.mcp.verbs import HIDDEN, Verb
+from engram.api.mcp.verbs import AFTER, HIDDEN, WAIT, Verb
 
 PREFIX = "/v1/tenants/{tenant}"
 COMPONENTS = "#/components/schemas/"
@@ -31,7 +31,8 @@ class Binding:
     body: frozenset[str] = frozenset()
     has_body: bool = False
     body_source: bool = False  # the body model takes ``source`` (the MCP layer sets it)
-    wait: bool = False  # the route takes ``?wait=true`` (a write: answer once applied)
+    wait: bool = False  # the route takes ``?wait=true`` (a write: answer once applied if asked)
+    after: bool = False  # the route takes ``?after=P:O`` (the session's last write, unless given)
     free_body: bool = False  # every argument goes to the body (``schema_from``)
 
 
@@ -59,8 +60,15 @@ def tool_spec(openapi: dict[str, Any], verb: Verb, schema_from: dict[str, Any] |
     body_props = (body_component or {}).get("properties", {})
     if schema_from is not None:
         schema = copy.deepcopy(schema_from)
+        wait = "wait" in query_names
+        if wait:
+            schema.setdefault("properties", {})["wait"] = {"type": "boolean", "default": False, "description": WAIT}
         binding = Binding(
-            has_body=True, free_body=True, body_source="source" in body_props, wait="wait" in query_names
+            query=frozenset({"wait"} if wait else ()),
+            has_body=True,
+            free_body=True,
+            body_source="source" in body_props,
+            wait=wait,
         )
         return ToolSpec(verb, schema, binding)
 
@@ -73,6 +81,8 @@ def tool_spec(openapi: dict[str, Any], verb: Verb, schema_from: dict[str, Any] |
         schema = dict(p.get("schema", {}))
         if "description" in p and "description" not in schema:
             schema["description"] = p["description"]
+        if p["name"] in ("wait", "after") and p.get("in") == "query":
+            schema["description"] = WAIT if p["name"] == "wait" else AFTER
         properties[p["name"]] = schema
         where[p["in"]].add(p["name"])
         if p.get("required"):
@@ -102,6 +112,7 @@ def tool_spec(openapi: dict[str, Any], verb: Verb, schema_from: dict[str, Any] |
         has_body=body_component is not None,
         body_source="source" in body_props,
         wait="wait" in query_names,
+        after="after" in query_names,
     )
     return ToolSpec(verb, out, binding)
 

@@ -4,6 +4,12 @@ API's own route with the caller's bearer token.
 ``Caller`` is who asks and how the API is reached (``stdio``: httpx to a URL; ``http``: httpx's
 ASGI transport to the app itself). A refusal is an MCP tool error (``isError``) carrying the
 API's status and reason; a transport failure is one too, never a crash.
+
+Writes do not wait for the graph by default: a write tool answers once the log has the write
+(``applied: false``, its partition and offset), as the HTTP API's 202 does. Read-your-writes is
+carried by the MCP session instead, as the SDK carries it: the session keeps its last write's
+position and passes it as ``after=`` to its next ``get_context`` and context resource read, which
+answer once the graph has it. A tool call given ``wait: true`` answers once applied.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,7 +149,7 @@ def request_parts(spec: ToolSpec, arguments: Mapping[str, Any]) -> tuple[str, di
     error naming it (the schema says ``additionalProperties: false``)."""
     b = spec.binding
     path = spec.verb.path
-    query: dict[str, Any] = {"wait": "true"} if b.wait else {}
+    query: dict[str, Any] = {}
     body: dict[str, Any] | None = {"source": SOURCE} if b.body_source else ({} if b.has_body else None)
     unknown = []
     for name, value in arguments.items():
@@ -178,20 +185,63 @@ def _query_value(value: Any) -> Any:
     return value
 
 
+class Position:
+    """A session's read-your-writes position: the furthest ``partition:offset`` a write of the
+    session was accepted at (an answer with an older or no position does not move it back)."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def note(self, answer: Any) -> None:
+        if not isinstance(answer, dict):
+            return
+        partition, offset = answer.get("partition"), answer.get("offset")
+        if type(partition) is not int or type(offset) is not int or partition < 0 or offset < 0:
+            return
+        if self.value is not None:
+            was_partition, was_offset = (int(x) for x in self.value.split(":"))
+            if was_partition == partition and was_offset >= offset:
+                return
+        self.value = f"{partition}:{offset}"
+
+
+class Positions:
+    """Each MCP session's :class:`Position`, dropped with the session."""
+
+    def __init__(self) -> None:
+        self._of: weakref.WeakKeyDictionary[object, Position] = weakref.WeakKeyDictionary()
+
+    def of(self, session: object) -> Position:
+        found = self._of.get(session)
+        if found is None:
+            found = self._of[session] = Position()
+        return found
+
+
 async def call(
-    catalog: Catalog, caller: Caller, name: str, arguments: Mapping[str, Any]
+    catalog: Catalog,
+    caller: Caller,
+    name: str,
+    arguments: Mapping[str, Any],
+    position: Position | None = None,
 ) -> types.CallToolResult:
-    """One tool call: the route's answer as structured content, or the API's refusal as a tool error."""
+    """One tool call: the route's answer as structured content, or the API's refusal as a tool
+    error. ``position``: the session's; a write moves it, a read of a route taking ``after`` sends it."""
+    position = position or Position()
     try:
         specs = await catalog.specs(caller)
         spec = specs.get(name)
         if spec is None:
             raise ApiError(404, f"no tool {name}; the tools are {', '.join(sorted(specs))}")
         path, query, body = request_parts(spec, arguments)
+        if spec.binding.after and "after" not in query and position.value is not None:
+            query["after"] = position.value
         response = await caller.request(spec.verb.method, path, params=query, body=body)
         if not response.is_success:
             raise ApiError.of(response)
         answer = response.json()
+        if spec.verb.method != "GET":
+            position.note(answer)
     except ApiError as refused:
         return refused.result()
     structured = answer if isinstance(answer, dict) else {"data": answer}
@@ -207,7 +257,11 @@ def build_server(
 ) -> Server[Any, Any]:
     """The MCP server; ``caller_for`` says who is asking in the request being handled."""
     catalog = catalog or Catalog()
+    positions = Positions()
     server: Server[Any, Any] = Server(NAME, version="0.1.0", instructions=INSTRUCTIONS)
+
+    def position() -> Position:
+        return positions.of(server.request_context.session)
 
     @server.list_tools()  # type: ignore[no-untyped-call,untyped-decorator]
     async def list_tools() -> list[types.Tool]:
@@ -227,7 +281,7 @@ def build_server(
             caller = await caller_for()
         except ApiError as refused:
             return refused.result()
-        return await call(catalog, caller, name, arguments)
+        return await call(catalog, caller, name, arguments, position())
 
     @server.list_resources()  # type: ignore[no-untyped-call,untyped-decorator]
     async def list_resources() -> list[types.Resource]:
@@ -247,7 +301,9 @@ def build_server(
         if str(uri) != CONTEXT_URI:
             raise McpError(types.ErrorData(code=types.INVALID_PARAMS, message=f"no resource {uri}"))
         try:
-            response = await (await caller_for()).request("GET", "/context")
+            after = position().value
+            params = {"after": after} if after is not None else None
+            response = await (await caller_for()).request("GET", "/context", params=params)
             if not response.is_success:
                 raise ApiError.of(response)
         except ApiError as refused:

@@ -12,8 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Attribution is the MCP layer's and the token's, not the model's to choose: ``source`` is
-# ``agent``, the actor is the bearer token's, the event id is minted.
-HIDDEN = frozenset({"tenant", "source", "actor", "event_id", "wait"})
+# ``agent``, the actor is the bearer token's, the event id is minted. ``wait`` stays an argument
+# of every write tool (default false: answered once the log has the write, the session's next
+# get_context reading after it); ``after`` one of get_context (default: the session's last write).
+HIDDEN = frozenset({"tenant", "source", "actor", "event_id"})
+WAIT = (
+    "Answer only once the graph has applied the write (slower). By default the write is answered "
+    "once the log has recorded it (applied: false, with its partition and offset), and this "
+    "session's next get_context reads after it."
+)
+AFTER = (
+    "A write's partition:offset: answer once the graph has it. By default, the last write this "
+    "MCP session made."
+)
 SOURCE = "agent"
 
 
@@ -31,8 +42,8 @@ VERBS: tuple[Verb, ...] = (
         "remember",
         "Remember a belief worth keeping beyond this conversation, as a typed memory under the "
         "ontology: choose the most specific memory_class and give the properties it requires. "
-        "Answers where the log recorded it once the graph has applied it; a write the caller may "
-        "not make is refused with the rule.",
+        "Answers where the log recorded it (its id, partition and offset; wait: true answers once "
+        "the graph has applied it); a write the caller may not make is refused with the rule.",
         "POST",
         "/memories",
         schema_from="/memory-tool",
