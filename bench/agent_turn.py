@@ -15,9 +15,10 @@ official ``mcp`` client over streamable HTTP at ``/mcp/`` (one session). Neither
 wait for the projection: each is answered once the log has it (202, its position), and
 read-your-writes rides on ``after=``: the SDK client and the MCP session each keep their last
 write's position and send it with the next turn's ``context`` read, which answers once the graph
-has it (so the two paths do the same work, and a turn sees the previous turn's writes). Latency is the client's wall clock, its parsing included. Prints one JSON
-object: p50/p95/mean per call and per turn for each path, MCP's overhead per call (p50/p95 of MCP
-minus the SDK's) and the targets. Progress goes to stderr.
+has it (so the two paths do the same work, and a turn sees the previous turn's writes). Latency
+is the client's wall clock, its parsing included. Prints one JSON object: p50/p95/mean per call
+and per turn for each path, MCP's overhead per call (p50/p95 of MCP minus the SDK's) and the
+targets. Progress goes to stderr.
 """
 
 from __future__ import annotations

@@ -62,7 +62,11 @@ def tool_spec(openapi: dict[str, Any], verb: Verb, schema_from: dict[str, Any] |
         schema = copy.deepcopy(schema_from)
         wait = "wait" in query_names
         if wait:
-            schema.setdefault("properties", {})["wait"] = {"type": "boolean", "default": False, "description": WAIT}
+            schema.setdefault("properties", {})["wait"] = {
+                "type": "boolean",
+                "default": False,
+                "description": WAIT,
+            }
         binding = Binding(
             query=frozenset({"wait"} if wait else ()),
             has_body=True,

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+from engram.api.mcp.server import Caller, Catalog, Position, call
 from engram.api.mcp.verbs import VERBS
 from engram.streams.topics import ensure_topics
 from mcp import ClientSession, StdioServerParameters
@@ -145,7 +146,14 @@ def test_tools_are_the_routes_own(server: Server, transport: str) -> None:
     assert set(by_name) == {v.name for v in VERBS} == TOOLS
     for verb in VERBS:
         assert by_name[verb.name].description == verb.description
-        assert not {"source", "actor", "event_id", "wait", "tenant"} & set(by_name[verb.name].inputSchema)
+        assert not {"source", "actor", "event_id", "tenant"} & set(by_name[verb.name].inputSchema)
+    # a write tool takes wait (false unless given: answered on append); a read takes none
+    for name in ("remember", "supersede", "forget", "record_decision", "associate", "start_session"):
+        wait = by_name[name].inputSchema["properties"]["wait"]
+        assert wait["type"] == "boolean" and wait["default"] is False, name
+    for name in ("recall", "get_memory", "justify", "check_plan", "get_context"):
+        assert "wait" not in by_name[name].inputSchema["properties"], name
+    assert "after" in by_name["get_context"].inputSchema["properties"]
     plan = by_name["check_plan"].inputSchema
     assert set(plan["properties"]) == {"spend", "target_change"} and "required" not in plan
     assert set(plan["$defs"]["PlannedSpendIn"]["required"]) == {"platform", "amount", "currency", "period"}
@@ -159,14 +167,16 @@ def test_tools_are_the_routes_own(server: Server, transport: str) -> None:
     assert by_name["justify"].inputSchema["required"] == ["memory_id"]
     assert {"status", "as_of"} <= set(by_name["justify"].inputSchema["properties"])
     tool = server.http.get(f"{server.url}/v1/tenants/{ACME}/memory-tool").json()
-    assert by_name["remember"].inputSchema == tool["input_schema"]
+    remember = by_name["remember"].inputSchema
+    assert remember["properties"].pop("wait")["type"] == "boolean"
+    assert remember == tool["input_schema"]
     recall = by_name["recall"].inputSchema
     assert recall["required"] == ["q"] and recall["additionalProperties"] is False
     assert {"q", "limit", "kind", "class", "valid_at", "fusion", "as_of"} <= set(recall["properties"])
     assert by_name["get_memory"].inputSchema["required"] == ["memory_id"]
     supersede = by_name["supersede"].inputSchema
     assert set(supersede["required"]) == {"memory_id", "superseded_by"}
-    assert not {"source", "actor", "event_id", "wait", "tenant"} & set(supersede["properties"])
+    assert not {"source", "actor", "event_id", "tenant"} & set(supersede["properties"])
     assert [str(r.uri) for r in resources.resources] == ["engram://context"]
 
 
@@ -175,18 +185,21 @@ def test_remember_recall_get_memory_and_the_context(server: Server, transport: s
     label = f"Brand voice {transport} {uuid.uuid4().hex[:6]}"
 
     async def body(s: ClientSession) -> Any:
-        written = await s.call_tool("remember", memory(label))
+        written = await s.call_tool("remember", memory(label))  # answered on append
         assert not written.isError, text(written)
+        context = await s.read_resource("engram://context")  # type: ignore[arg-type]  # after= it
+        got_context = await s.call_tool("get_context", {"q": label})  # after= it, as a tool
         recalled = await s.call_tool("recall", {"q": label, "limit": 5})
         assert not recalled.isError, text(recalled)
         memory_id = written.structuredContent["memory_id"]  # type: ignore[index]
         got = await s.call_tool("get_memory", {"memory_id": memory_id})
         listed = await s.call_tool("list_memories", {"kind": "fact", "limit": 1000})
-        context = await s.read_resource("engram://context")  # type: ignore[arg-type]
-        return written, recalled, got, listed, context
+        return written, recalled, got, listed, context, got_context
 
-    written, recalled, got, listed, context = run(server, transport, token(server, ACME), body)
-    assert written.structuredContent["applied"] is True
+    written, recalled, got, listed, context, got_context = run(server, transport, token(server, ACME), body)
+    assert written.structuredContent["applied"] is False  # not waited for
+    assert {"partition", "offset"} <= set(written.structuredContent)
+    assert label in got_context.structuredContent["text"]
     memory_id = written.structuredContent["memory_id"]
     assert recalled.structuredContent["data"][0]["id"] == memory_id
     assert got.structuredContent["label"] == label and got.structuredContent["source"] == "agent"
@@ -326,7 +339,7 @@ def test_remember_recall_justify_check_plan_and_a_session(server: Server, transp
             return result.structuredContent
 
         mine = {"scope": "user", "stakeholders": {"user_id": "sam"}}
-        written = await tool("remember", "remember", memory(label, **mine))
+        written = await tool("remember", "remember", {**memory(label, **mine), "wait": True})
         await tool("recall", "recall", {"q": label, "limit": 3})
         await tool("justify", "justify", {"memory_id": written["memory_id"]})
         await tool("known", "recognize", {"label": label})
@@ -355,7 +368,8 @@ def test_remember_recall_justify_check_plan_and_a_session(server: Server, transp
     got = run(server, transport, bearer, body)
     sc = {k: r.structuredContent for k, r in got.items()}
     memory_id = sc["remember"]["memory_id"]
-    assert sc["remember"]["applied"] is True
+    assert sc["remember"]["applied"] is True  # asked to wait
+    assert sc["decision"]["applied"] is False  # not asked
     assert sc["recall"]["data"][0]["id"] == memory_id
     why = sc["justify"]
     assert (why["memory_id"], why["label"], why["source"]) == (memory_id, label, "agent")
@@ -417,3 +431,41 @@ def test_the_agent_verbs_refuse_as_the_api_does(server: Server, transport: str) 
     # acme's cap is not globex's: nothing of it in globex's answer, which knows no platform meta
     assert "meta-cap" not in text(plan) and "40,000" not in text(plan)
     assert plan.isError and text(plan).startswith("422: unknown platform 'meta'"), text(plan)
+
+
+def test_the_session_carries_its_last_write_to_the_context_read(server: Server) -> None:
+    """Read-your-writes through the session, as the SDK does it: a write answered on append moves
+    the session's position; its next get_context is sent with ``after=`` that position (an explicit
+    ``after`` is kept), reads and refusals do not move it, and ``wait: true`` still waits."""
+    sent: list[httpx.Request] = []
+
+    async def main() -> Any:
+        async def record(request: httpx.Request) -> None:
+            sent.append(request)
+
+        async with httpx.AsyncClient(base_url=server.url, event_hooks={"request": [record]}) as client:
+            caller = Caller(client, token(server, ACME), ACME)
+            catalog, position = Catalog(), Position()
+            label = f"Carried {uuid.uuid4().hex[:6]}"
+            first = await call(catalog, caller, "get_context", {"q": label}, position)
+            written = await call(catalog, caller, "remember", memory(label), position)
+            await call(catalog, caller, "recall", {"q": label}, position)  # a read: no move
+            context = await call(catalog, caller, "get_context", {"q": label}, position)
+            mine = await call(catalog, caller, "get_context", {"after": "0:0"}, position)
+            waited = await call(catalog, caller, "remember", {**memory(label + " b"), "wait": True}, position)
+            return first, written, context, mine, waited, position.value
+
+    _, written, context, mine, waited, last = asyncio.run(main())
+    contexts = [r for r in sent if r.url.path.endswith("/context")]
+    assert "after" not in contexts[0].url.params  # nothing written yet
+    w = written.structuredContent
+    assert w["applied"] is False
+    assert contexts[1].url.params["after"] == f"{w['partition']}:{w['offset']}"
+    assert "Carried" in context.structuredContent["text"]
+    # an explicit after is sent as given, not the session's (here one past its partition's end)
+    assert contexts[2].url.params["after"] == "0:0"
+    assert mine.isError and text(mine).startswith("422: position 0:0 is not in the log")
+    assert waited.structuredContent["applied"] is True
+    assert last == f"{waited.structuredContent['partition']}:{waited.structuredContent['offset']}"
+    remembers = [r for r in sent if r.url.path.endswith("/memories")]
+    assert [r.url.params.get("wait") for r in remembers] == [None, "true"]
