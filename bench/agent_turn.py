@@ -139,7 +139,7 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
 
             await timed("context", sdk.context(q))  # after= the previous turn's last write
             await timed("recall", sdk.recall(q, limit=5))
-            plan = await timed("check_plan", sdk.check_plan({"spend": SPEND}))
+            plan = await timed("check_plan", sdk.check_plan(spend=SPEND))
             assert plan.ok is False, plan
             wish = await timed(
                 "remember",
