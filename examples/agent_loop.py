@@ -8,8 +8,8 @@ in 2026-11), the user asks for $8,000 more on Meta for November. The agent
 3. asks `check_plan` before spending, and is told the spend breaches the Meta cap (105%);
 4. scales the spend down to what the cap leaves and checks again (100%: near the limit, no breach);
 5. records the decision, citing the cap memory, its own new memory and the spend observation;
-6. reads the decision back (its derived status, explained by the rules) and `justify`s the cap it
-   relied on (who set it, every event, the rule behind its status).
+6. `justify`s the decision (who recorded it for whom, what it relied on, every event, its derived
+   status with the rule behind it) and the cap it relied on (who set it, every event, its rule).
 
 Run it against a running server with an agent's token:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from engram_client import Answer, Call, Engram, EngramError
+from engram_client import Engram, EngramError
 
 REQUEST = "Put another $8,000 into Meta for November's holiday push."
 PERIOD = "2026-11"
@@ -54,7 +54,7 @@ def turn(mem: Engram, user: str) -> None:
     print(f"2 remembered: Holiday push as MarketingMemory at {wish.position}")
 
     # 3. Memory upstream of action: ask before spending.
-    plan = mem.check_plan({"spend": spend(8000)})
+    plan = mem.check_plan(spend=spend(8000))
     (finding,) = [f for f in plan.findings if f["memory_id"] == "meta-cap"]
     print(f"3 check_plan meta 8000: ok={plan.ok} {finding['status']}: {finding['explanation']}")
 
@@ -63,7 +63,7 @@ def turn(mem: Engram, user: str) -> None:
     if finding["status"] == "breach":
         values = finding["values"]
         amount = values["cap"] - values["spent"]
-        plan = mem.check_plan({"spend": spend(amount)})
+        plan = mem.check_plan(spend=spend(amount))
         (finding,) = [f for f in plan.findings if f["memory_id"] == "meta-cap"]
         print(f"4 check_plan meta {amount}: ok={plan.ok} {finding['status']}: {finding['explanation']}")
 
@@ -78,12 +78,16 @@ def turn(mem: Engram, user: str) -> None:
     decision_id = decided.id
     print(f"5 decision recorded at {decided.position}")
 
-    # 6. Why: the decision as the graph holds it (no SDK method yet: the route through `send`) ...
-    decision = mem.send(Call("GET", f"{mem.calls.root}/decisions/{decision_id}", Answer.model_validate))
-    statuses = "; ".join(s["explanation"] for s in decision.statuses) or "no status"
-    names = {"meta-cap": "meta-cap", wish.memory_id: "Holiday push"}
-    relied = " + ".join(names.get(m, m) for m in decision.relied_on)
-    print(f"6 decision relied on {relied} and {', '.join(decision.live_data)}; {statuses}")
+    # 6. Why: the decision's provenance in one answer, each derived status with its rule ...
+    why_decided = mem.justify_decision(decision_id)
+    relied = " + ".join(f"{m.label or m.memory_id} ({m.how})" for m in why_decided.relied_on)
+    (status,) = [d for d in why_decided.derived if d.predicate == "decisionStatus"]
+    rule = status.derivations[0]
+    print(
+        f"6 justify decision: by {why_decided.actor.id} for {why_decided.acting_for}, relied on {relied} "
+        f"and {', '.join(why_decided.live_data)}, {len(why_decided.events)} event(s); "
+        f"decisionStatus {status.value} by {rule.rule}: {rule.explanation}"
+    )
     # ... and the constraint it relied on: who set it, from which events, by which rule.
     why = mem.justify("meta-cap")
     (budget,) = [d for d in why.derived if d["predicate"] == "budgetStatus"]

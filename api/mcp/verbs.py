@@ -158,6 +158,15 @@ VERBS: tuple[Verb, ...] = (
         "/decisions",
     ),
     Verb(
+        "justify_decision",
+        "Why a decision was taken, in one answer: who recorded it and for whom, its session and "
+        "episode, the memories (cited or supporting) and live data it relied on, every event that "
+        "touched it, and its statuses (breached_constraint, …) each with its rule derivation tree. "
+        "as_of answers as the system knew it then.",
+        "GET",
+        "/decisions/{decision_id}/justify",
+    ),
+    Verb(
         "decisions_relying_on",
         "Which decisions relied on this memory (cited in relied_on, or associated as supports), "
         "in log order.",

@@ -184,3 +184,48 @@ class SessionNarrative(BaseModel):
 class DecisionsPublic(BaseModel):
     data: list[NarrativeItem]
     count: int
+
+
+class ReliedOn(BaseModel):
+    memory_id: str
+    label: str | None
+    how: Literal["cited", "supports"] = Field(
+        description="cited in the decision's relied_on, or associated as supporting it"
+    )
+    active: bool | None
+
+
+class TouchingEvent(BaseModel):
+    event_id: str
+    type: Literal["DecisionRecorded", "MemoriesAssociated"]
+    partition: int | None
+    offset: int | None
+    association_id: str | None = None
+    relation: str | None = None
+
+
+class DecisionJustification(BaseModel):
+    """Why a decision was taken, in one answer (``GET …/decisions/{id}/justify``)."""
+
+    decision_id: str
+    decision: str | None
+    source: str | None
+    actor: ActorOut = Field(description="Who recorded it (the agent)")
+    acting_for: str | None = Field(description="The user it was recorded for")
+    purpose: str | None
+    session_id: str | None
+    episode_id: str | None
+    valid_from: str | None
+    recorded_at: str | None
+    relied_on: list[ReliedOn] = Field(description="The memories it relied on that the caller may see")
+    live_data: list[str] = Field(description="The observations it relied on (spend:…, kpi:…)")
+    spend: dict[str, Any] | None
+    target_change: dict[str, Any] | None
+    breaches: list[str] = Field(description="The active constraints its action breaches")
+    events: list[TouchingEvent] = Field(description="Every event that touched it, in log order")
+    statuses: list[Status]
+    derived: list[dict[str, Any]] = Field(
+        description="Inferred facts about it (decisionStatus, basedOn, breaches: {predicate, value, "
+        "derivations}), each derivation {rule, explanation, inputs} with inputs' own under ``because``"
+    )
+    as_of: str | None = Field(None, description="The system time asked for, if any")

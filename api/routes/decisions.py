@@ -9,20 +9,31 @@ from __future__ import annotations
 from typing import Annotated
 
 from engram.api.deps import (
+    AsOfParam,
     Commands,
     CurrentPrincipal,
+    CurrentRuntime,
     IdempotencyKey,
     TenantId,
     TenantStore,
     get_principal,
     not_found,
+    past_stores,
     write_attribution,
 )
 from engram.api.errors import responses
 from engram.api.models import anchored
-from engram.api.models.agents import AgentAccepted, DecisionCreate, DecisionsPublic, NarrativeItem
+from engram.api.models.agents import (
+    AgentAccepted,
+    DecisionCreate,
+    DecisionJustification,
+    DecisionsPublic,
+    NarrativeItem,
+)
 from engram.api.routes.sessions import WRITES, answer
+from engram.api.routes.verbs import as_of_text
 from engram.projections.agents import decision, decisions_relying_on, may_see_node
+from engram.projections.justify import justify_decision
 from engram.projections.terms import e, memory_iri
 from engram.projections.visibility import sight
 from engram.schemas import vocabulary as v
@@ -83,3 +94,25 @@ async def read_decision(
     if graph is None or not may_see_node(graph, who, "decision", decision_id):
         raise not_found(f"decision {decision_id}")
     return NarrativeItem.model_validate(decision(graph, decision_id, sight(graph, who)))
+
+
+@router.get("/{decision_id}/justify", response_model=DecisionJustification, responses=responses(422, 503))
+async def justify_decision_route(
+    tenant: TenantId,
+    decision_id: DecisionId,
+    graph: TenantStore,
+    runtime: CurrentRuntime,
+    who: CurrentPrincipal,
+    as_of: AsOfParam = None,
+) -> DecisionJustification:
+    """Why a decision was taken, in one answer: who recorded it and for whom, its session and
+    episode, the memories (cited, or associated as supporting it) and live data it relied on, every
+    event that touched it (log positions), and its derived statuses each with the rule derivation
+    tree; with ``as_of``, as the system knew it then. Only what the principal may see: a memory it
+    may not see is left out; a decision it may not see is 404, as one that does not exist."""
+    if as_of is not None:
+        graph = (await past_stores(runtime, tenant, as_of)).graph
+    found = justify_decision(graph, decision_id, who, sight(graph, who)) if graph is not None else None
+    if found is None:
+        raise not_found(f"decision {decision_id}")
+    return DecisionJustification(**found, as_of=as_of_text(as_of))

@@ -132,10 +132,10 @@ async def justify_route(
         raise problem(404, str(exc), ["query", "status"]) from exc
     if answer is None:
         raise not_found(f"memory {memory_id}")
-    return Justification(**answer, as_of=_as_of_text(as_of))
+    return Justification(**answer, as_of=as_of_text(as_of))
 
 
-def _as_of_text(as_of: AsOf | None) -> str | None:
+def as_of_text(as_of: AsOf | None) -> str | None:
     """The system time a justification was asked at: a log position, or a UTC time (ms)."""
     if as_of is None:
         return None

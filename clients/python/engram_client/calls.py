@@ -27,6 +27,7 @@ from engram_client.models import (
     AgentAccepted,
     Answer,
     Context,
+    DecisionJustification,
     DecisionPage,
     Justification,
     Memory,
@@ -583,6 +584,15 @@ class Calls:
     def get_decision(self, decision_id: str) -> Call[NarrativeItem]:
         """One decision with what it relied on, the constraints it breaches and its statuses."""
         return self._read(f"/decisions/{_id(decision_id)}", NarrativeItem.model_validate)
+
+    def justify_decision(self, decision_id: str, *, as_of: str | None = None) -> Call[DecisionJustification]:
+        """Why a decision was taken (``GET …/decisions/{id}/justify``): who recorded it and for
+        whom, its session and episode, the memories and live data it relied on, every event that
+        touched it, and its statuses with their rule derivation trees. ``as_of`` (a time or
+        ``partition:offset``) answers as the system knew it then."""
+        return self._read(
+            f"/decisions/{_id(decision_id)}/justify", DecisionJustification.model_validate, as_of=as_of
+        )
 
     def decisions(self, relied_on: str) -> Call[DecisionPage]:
         """Which decisions relied on this memory (``GET …/decisions?relied_on=``): cited, or

@@ -401,6 +401,48 @@ class SessionNarrative(Answer):
     items: list[NarrativeItem] = Field(default_factory=list)
 
 
+class DecisionReliedOn(Answer):
+    memory_id: str
+    label: str | None = None
+    how: str = "cited"  # cited in relied_on, or associated as supports
+    active: bool | None = None
+
+
+class DecisionEvent(Answer):
+    event_id: str
+    type: str
+    partition: int | None = None
+    offset: int | None = None
+    association_id: str | None = None
+    relation: str | None = None
+
+
+class DecisionJustification(Answer):
+    """Why a decision was taken: who recorded it and for whom, its session and episode, the memories
+    and live data it relied on, every event that touched it, and its statuses with their rule
+    derivation trees."""
+
+    decision_id: str
+    decision: str | None = None
+    source: str | None = None
+    actor: Actor = Field(default_factory=Actor)
+    acting_for: str | None = None
+    purpose: str | None = None
+    session_id: str | None = None
+    episode_id: str | None = None
+    valid_from: str | None = None
+    recorded_at: str | None = None
+    relied_on: list[DecisionReliedOn] = Field(default_factory=list)
+    live_data: list[str] = Field(default_factory=list)
+    spend: dict[str, Any] | None = None
+    target_change: dict[str, Any] | None = None
+    breaches: list[str] = Field(default_factory=list)
+    events: list[DecisionEvent] = Field(default_factory=list)
+    statuses: list[StatusExplained] = Field(default_factory=list)
+    derived: list[DerivedFact] = Field(default_factory=list)
+    as_of: str | None = None
+
+
 class DecisionPage(Answer):
     """The decisions that relied on a memory, in log order."""
 
