@@ -55,17 +55,17 @@ def turn(mem: Engram, user: str) -> None:
 
     # 3. Memory upstream of action: ask before spending.
     plan = mem.check_plan(spend=spend(8000))
-    (finding,) = [f for f in plan.findings if f["memory_id"] == "meta-cap"]
-    print(f"3 check_plan meta 8000: ok={plan.ok} {finding['status']}: {finding['explanation']}")
+    (finding,) = [f for f in plan.findings if f.memory_id == "meta-cap"]
+    print(f"3 check_plan meta 8000: ok={plan.ok} {finding.status}: {finding.explanation}")
 
     # 4. A scripted policy: on a breach, spend only what the cap leaves.
     amount = 8000
-    if finding["status"] == "breach":
-        values = finding["values"]
+    if finding.status == "breach":
+        values = finding.values
         amount = values["cap"] - values["spent"]
         plan = mem.check_plan(spend=spend(amount))
-        (finding,) = [f for f in plan.findings if f["memory_id"] == "meta-cap"]
-        print(f"4 check_plan meta {amount}: ok={plan.ok} {finding['status']}: {finding['explanation']}")
+        (finding,) = [f for f in plan.findings if f.memory_id == "meta-cap"]
+        print(f"4 check_plan meta {amount}: ok={plan.ok} {finding.status}: {finding.explanation}")
 
     # 5. Record the decision, citing what it relied on: the cap, the request, the live spend.
     decided = mem.record_decision(
@@ -80,7 +80,7 @@ def turn(mem: Engram, user: str) -> None:
 
     # 6. Why: the decision's provenance in one answer, each derived status with its rule ...
     why_decided = mem.justify_decision(decision_id)
-    relied = " + ".join(f"{m.label or m.memory_id} ({m.how})" for m in why_decided.relied_on)
+    relied = " + ".join(sorted(f"{m.label or m.memory_id} ({m.how})" for m in why_decided.relied_on))
     (status,) = [d for d in why_decided.derived if d.predicate == "decisionStatus"]
     rule = status.derivations[0]
     print(
@@ -90,11 +90,11 @@ def turn(mem: Engram, user: str) -> None:
     )
     # ... and the constraint it relied on: who set it, from which events, by which rule.
     why = mem.justify("meta-cap")
-    (budget,) = [d for d in why.derived if d["predicate"] == "budgetStatus"]
-    rule = budget["derivations"][0]
+    (budget,) = [d for d in why.derived if d.predicate == "budgetStatus"]
+    rule = budget.derivations[0]
     print(
-        f"7 justify meta-cap: set by {why.actor['id']} ({why.source}), {len(why.events)} event(s); "
-        f"budgetStatus {budget['value']} by {rule['rule']}: {rule['explanation']}"
+        f"7 justify meta-cap: set by {why.actor.id} ({why.source}), {len(why.events)} event(s); "
+        f"budgetStatus {budget.value} by {rule.rule}: {rule.explanation}"
     )
 
 
