@@ -223,6 +223,75 @@ def test_a_session_its_narrative_and_the_decision_flagged(server: Server) -> Non
     assert hidden_rel.text.replace("sams", "X") == missing_rel.text.replace("zzzz", "X")
 
 
+def test_justify_a_decision(server: Server) -> None:
+    """A decision's provenance in one answer: who recorded it for whom, its session and episode,
+    what it relied on (cited, and associated as supporting it), every event that touched it in log
+    order, and its status with the rule derivation tree; a memory the reader may not see is left out
+    everywhere, and a decision it may not see is 404 as a missing one."""
+    session = written(post(server, "/sessions", {"goal": "Justify"}, SAM_AGENT))["id"]
+    episode = written(post(server, f"/sessions/{session}/episodes", {"summary": "asks"}, SAM_AGENT))["id"]
+    recorded = written(
+        post(
+            server,
+            "/decisions",
+            {
+                "decision_id": "why-meta",
+                "session_id": session,
+                "episode_id": episode,
+                "decision": "Add 8k on Meta",
+                "relied_on": ["meta-cap", "sams"],
+                "live_data": ["spend:meta:USD:2026-11"],
+                **meta(8000),
+            },
+            SAM_AGENT,
+        )
+    )
+    linked = written(
+        post(
+            server,
+            "/associations",
+            {"from": "roas-target", "to": "decision:why-meta", "relation": "supports"},
+            SAM,
+        )
+    )
+    why = get(server, "/decisions/why-meta/justify", SAM)
+    assert why.status_code == 200, why.text
+    j = why.json()
+    assert (j["decision_id"], j["decision"], j["session_id"], j["episode_id"]) == (
+        "why-meta", "Add 8k on Meta", session, episode
+    )  # fmt: skip
+    assert j["actor"] == {"id": "ads-agent", "role": "agent"} and j["acting_for"] == "sam"
+    assert j["source"] == "agent" and j["live_data"] == ["spend:meta:USD:2026-11"]
+    assert {(r["memory_id"], r["how"]) for r in j["relied_on"]} == {
+        ("meta-cap", "cited"), ("sams", "cited"), ("roas-target", "supports")
+    }  # fmt: skip
+    assert [(ev["event_id"], ev["type"]) for ev in j["events"]] == [
+        (recorded["event_id"], "DecisionRecorded"), (linked["event_id"], "MemoriesAssociated")
+    ]  # fmt: skip
+    assert [ev["offset"] for ev in j["events"]] == sorted(ev["offset"] for ev in j["events"])
+    assert j["breaches"] == ["meta-cap"]
+    assert [s["status"] for s in j["statuses"]] == ["breached_constraint"]
+    (status,) = [d for d in j["derived"] if d["predicate"] == "decisionStatus"]
+    (tree,) = status["derivations"]
+    assert tree["rule"].startswith("plans.dlog:") and "breaches meta-cap" in tree["explanation"]
+    assert any(i.get("because") for i in tree["inputs"])  # down to the breach's own derivation
+    # an operator sees it too; ann may not see sam's decision, which is 404 as a missing one
+    assert get(server, "/decisions/why-meta/justify").json()["relied_on"] == j["relied_on"]
+    hidden, missing = (
+        get(server, "/decisions/why-meta/justify", ANN),
+        get(server, "/decisions/nope/justify", ANN),
+    )
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.text.replace("why-meta", "X") == missing.text.replace("nope", "X")
+    # as the system knew it before the association: no supporting memory, one event
+    before = get(
+        server, "/decisions/why-meta/justify", SAM, as_of=f"{linked['partition']}:{linked['offset'] - 1}"
+    )
+    assert before.status_code == 200, before.text
+    assert [r["memory_id"] for r in before.json()["relied_on"]] == ["meta-cap", "sams"]
+    assert len(before.json()["events"]) == 1 and before.json()["as_of"]
+
+
 def test_writes_naming_what_the_caller_may_not_see_are_404_as_missing(server: Server) -> None:
     session = written(post(server, "/sessions", {}, SAM_AGENT))["id"]
     cases = [

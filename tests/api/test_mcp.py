@@ -43,7 +43,7 @@ DEMO = Path(engram.__file__).parent / "demo" / "acme.jsonl"
 TOOLS = {
     "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
     "recognize", "justify", "associate", "resolve", "summarise", "check_plan", "record_decision",
-    "decisions_relying_on", "start_session", "end_session", "record_episode", "record_tool_call",
+    "decisions_relying_on", "justify_decision", "start_session", "end_session", "record_episode", "record_tool_call",
     "episodes_in",
 }  # fmt: skip
 META_8K = {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"}
@@ -362,6 +362,7 @@ def test_remember_recall_justify_check_plan_and_a_session(server: Server, transp
         await tool("story", "episodes_in", {"session_id": session["id"]})
         await tool("relied", "decisions_relying_on", {"relied_on": "meta-cap"})
         await tool("summary", "summarise", {"topic": "meta"})
+        await tool("why", "justify_decision", {"decision_id": decided["id"]})
         out["decided"] = await s.call_tool("justify", {"memory_id": decided["id"]})  # not a memory
         return out
 
@@ -385,6 +386,11 @@ def test_remember_recall_justify_check_plan_and_a_session(server: Server, transp
     assert [i["type"] for i in story["items"]] == ["tool_call", "decision"]
     assert "breached_constraint" in [st["status"] for st in story["items"][1]["statuses"]]
     assert sc["decision"]["id"] in [d["id"] for d in sc["relied"]["data"]]
+    why_decided = sc["why"]  # read after a write not waited for: the server's read-your-writes
+    assert why_decided["decision_id"] == sc["decision"]["id"] and why_decided["acting_for"] == "sam"
+    assert {r["memory_id"] for r in why_decided["relied_on"]} == {"meta-cap", memory_id}
+    assert [ev["type"] for ev in why_decided["events"]] == ["DecisionRecorded"]
+    assert "breached_constraint" in [st["status"] for st in why_decided["statuses"]]
     assert "meta-cap" in [i["id"] for i in sc["summary"]["top"]]
     # the tool's answer is the route's, word for word
     direct = server.http.post(
@@ -422,9 +428,11 @@ def test_the_agent_verbs_refuse_as_the_api_does(server: Server, transport: str) 
             await s.call_tool("justify", {"memory_id": "no-such-memory"}),
             await s.call_tool("record_decision", {"decision": "x", "relied_on": ["meta-cap"]}),
             await s.call_tool("check_plan", {"spend": META_8K}),
+            await s.call_tool("justify_decision", {"decision_id": "no-such-decision"}),
         )
 
-    theirs, missing, cite, plan = run(server, transport, token(server, GLOBEX), body)
+    theirs, missing, cite, plan, no_decision = run(server, transport, token(server, GLOBEX), body)
+    assert text(no_decision) == "404: decision no-such-decision not found (path)"
     assert text(theirs) == "404: memory meta-cap not found (path)"
     assert text(missing) == "404: memory no-such-memory not found (path)"
     assert cite.isError and text(cite).startswith("404: memory meta-cap not found")
