@@ -18,6 +18,7 @@ from engram_client import (
     Conflict,
     ConnectionFailed,
     Context,
+    DecisionJustification,
     DecisionPage,
     Engram,
     Forbidden,
@@ -315,6 +316,16 @@ def test_the_agent_verbs_at_their_routes(live: Live) -> None:
         assert "breached_constraint" in [s.status for s in got.statuses or []]
         relied = mem.decisions("meta-cap")
         assert isinstance(relied, DecisionPage) and [d.id for d in relied.data] == [decided.id]
+        why_decided = mem.justify_decision(decided.id)
+        assert isinstance(why_decided, DecisionJustification)
+        assert (why_decided.session_id, why_decided.episode_id) == (session.id, episode.id)
+        assert [(r.memory_id, r.how) for r in why_decided.relied_on] == [("meta-cap", "cited")]
+        assert [e.type for e in why_decided.events] == ["DecisionRecorded"]
+        assert [d.value for d in why_decided.derived if d.predicate == "decisionStatus"] == [
+            "breached_constraint"
+        ]
+        with pytest.raises(NotFound, match="decision nope not found"):
+            mem.justify_decision("nope")
 
         why = mem.justify("meta-cap")
         assert isinstance(why, Justification) and why.source == "onboarding"
@@ -406,6 +417,7 @@ def test_every_verb_names_a_route_the_server_serves(live: Live) -> None:
         calls.check_plan(spend=META_8K),
         calls.record_decision("x"),
         calls.get_decision("d1"),
+        calls.justify_decision("d1"),
         calls.decisions("m1"),
         calls.start_session(),
         calls.end_session("s1"),
