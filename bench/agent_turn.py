@@ -15,7 +15,9 @@ official ``mcp`` client over streamable HTTP at ``/mcp/`` (one session). Neither
 wait for the projection: each is answered once the log has it (202, its position), and
 read-your-writes rides on ``after=``: the SDK client and the MCP session each keep their last
 write's position and send it with the next turn's ``context`` read, which answers once the graph
-has it (so the two paths do the same work, and a turn sees the previous turn's writes). Latency
+has it (so the two paths do the same work, and a turn sees the previous turn's writes). With
+``--wait`` both paths' writes wait until applied instead (``wait=True`` / ``wait: true``), the
+turn as it was measured before, for a comparison under the same conditions. Latency
 is the client's wall clock, its parsing included. Prints one JSON object: p50/p95/mean per call
 and per turn for each path, MCP's overhead per call (p50/p95 of MCP minus the SDK's) and the
 targets. Progress goes to stderr.
@@ -116,7 +118,9 @@ def build(server: Server, tmp: Path, n: int) -> dict[str, Any]:
     }
 
 
-async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[str, dict[str, list[float]]]:
+async def measure(
+    server: Server, token: str, turns: int, warmup: int, wait: bool = False
+) -> dict[str, dict[str, list[float]]]:
     headers = {"Authorization": f"Bearer {token}"}
     async with AsyncExitStack() as stack:
         sdk = await stack.enter_async_context(AsyncEngram(server.url, token))
@@ -151,15 +155,17 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
                     memory_class="MarketingMemory",
                     scope="user",
                     user_id=USER,
+                    wait=wait,
                 ),
             )
-            assert wish.applied is False, wish  # answered on append, not once applied
+            assert wish.applied is wait, wish  # answered on append unless asked to wait
             await timed(
                 "record_decision",
                 sdk.record_decision(
                     f"Hold the 8,000 for turn {i}: it breaches the Meta cap.",
                     relied_on=["meta-cap", wish.memory_id],
                     live_data=["spend:meta:USD:2026-11"],
+                    wait=wait,
                 ),
             )
 
@@ -187,9 +193,10 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
                     "memory_class": "MarketingMemory",
                     "scope": "user",
                     "stakeholders": {"user_id": USER},
+                    "wait": wait,
                 },
             )
-            assert wish.get("applied") is False, wish  # answered on append, not once applied
+            assert wish.get("applied") is wait, wish  # answered on append unless asked to wait
             await call(
                 "record_decision",
                 "record_decision",
@@ -197,6 +204,7 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
                     "decision": f"Hold the 8,000 for turn {i}: it breaches the Meta cap.",
                     "relied_on": ["meta-cap", wish["memory_id"]],
                     "live_data": ["spend:meta:USD:2026-11"],
+                    "wait": wait,
                 },
             )
 
@@ -217,7 +225,7 @@ async def measure(server: Server, token: str, turns: int, warmup: int) -> dict[s
         return out
 
 
-def run_size(base: Any, n: int, turns: int, warmup: int) -> dict[str, Any]:
+def run_size(base: Any, n: int, turns: int, warmup: int, wait: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         settings = isolated_settings(base, Path(tmp) / "data", partitions=1)
         asyncio.run(ensure_topics(settings))
@@ -229,10 +237,10 @@ def run_size(base: Any, n: int, turns: int, warmup: int) -> dict[str, Any]:
             built = build(server, Path(tmp), n)
             say(f"{n} memories: built {built}; {turns} turns per path, interleaved")
             token = mint(settings, TENANT, role="agent", user="assistant", on_behalf_of=USER)
-            ms = asyncio.run(measure(server, token, turns, warmup))
+            ms = asyncio.run(measure(server, token, turns, warmup, wait))
         finally:
             server.stop()
-    result: dict[str, Any] = {"memories": n, "build": built, "turns": turns}
+    result: dict[str, Any] = {"memories": n, "build": built, "turns": turns, "writes_wait": wait}
     result["ms"] = {path: {c: stats(v) for c, v in calls.items()} for path, calls in ms.items()}
     sdk, over = result["ms"]["sdk"], result["ms"]["mcp_http"]
     result["mcp_overhead_ms"] = {
@@ -247,10 +255,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,100000", help="memories per run, comma-separated")
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--wait", action="store_true", help="writes wait until applied (the old turn)")
     args = ap.parse_args()
     base = load_settings()
     kafka_local.start(base)
-    runs = [run_size(base, int(n), args.turns, args.warmup) for n in args.sizes.split(",")]
+    runs = [run_size(base, int(n), args.turns, args.warmup, args.wait) for n in args.sizes.split(",")]
     largest = runs[-1]
     result = {
         "bench": "agent_turn",
