@@ -4,8 +4,9 @@ The projector applies each record to the graph at once (and reports it); the ind
 refreshes the touched memories of everything handled since its last pass and commits each
 tenant's text index once per pass. A tantivy commit costs ~20 ms of CPU whatever it holds, so
 with many busy tenants commits would starve the projector: after each pass the indexer rests as
-long as the pass took (when more is already waiting: a write with no backlog is not held back),
-which caps it at half of one core and lets the next pass carry more. Only
+long as the pass took (when more that needs a commit is already waiting: a write with no backlog
+is not held back, nor is a backlog that touched no memory, a decision or a session say, whose pass
+commits nothing), which caps it at half of one core and lets the next pass carry more. Only
 after the commit are the records reported to its own ``Progress``, in log order, so ``?wait=true``
 and a recall after a write see the write when it is searchable.
 """
@@ -66,7 +67,9 @@ class Indexer:
             await self._wake.wait()
             started = time.perf_counter()
             await self._pass()
-            if self._pending:  # a backlog: let the projector run; else the next write goes at once
+            # a backlog to commit: let the projector run; else the next write goes at once (a
+            # record that touched no memory is reported without a commit of its own)
+            if any(h.memory_ids for h in self._pending):
                 await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
 
     async def _index(self, tenant: str, position: Position, touched: set[str]) -> None:
