@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,25 @@ def test_justify_a_decision(server: Server) -> None:
     assert before.status_code == 200, before.text
     assert [r["memory_id"] for r in before.json()["relied_on"]] == ["meta-cap"]
     assert len(before.json()["events"]) == 1 and before.json()["as_of"]
+    # an operator links ann's own memory to sam's decision: sam's answer names neither it nor the link
+    anns = {
+        **SAMS,
+        "memory_id": "anns",
+        "label": "Ann's format",
+        "stakeholders": {"user_id": "ann"},
+        "source": "agent",
+    }
+    written(post(server, "/memories", anns, {"role": "agent", "user": "ads-agent", "on_behalf_of": "ann"}))
+    hidden_link = written(
+        post(server, "/associations", {"from": "anns", "to": "decision:why-meta", "relation": "supports"})
+    )
+    seen_by_sam = get(server, "/decisions/why-meta/justify", SAM).json()
+    assert "anns" not in why.text and "anns" not in json.dumps(seen_by_sam)
+    assert hidden_link["event_id"] not in [ev["event_id"] for ev in seen_by_sam["events"]]
+    assert [ev["event_id"] for ev in seen_by_sam["events"]] == [ev["event_id"] for ev in j["events"]]
+    seen_by_operator = get(server, "/decisions/why-meta/justify").json()
+    assert "anns" in {r["memory_id"] for r in seen_by_operator["relied_on"]}
+    assert hidden_link["event_id"] in [ev["event_id"] for ev in seen_by_operator["events"]]
 
 
 def test_writes_naming_what_the_caller_may_not_see_are_404_as_missing(server: Server) -> None:
