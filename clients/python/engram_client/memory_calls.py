@@ -1,0 +1,277 @@
+"""The calls of memories and live data: remember, revise, supersede, restore, forget, reads,
+recall and context, KPI and spend observations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engram_client.call import (
+    Call,
+    CallsBase,
+    Fusion,
+    Kind,
+    OnConflict,
+    Scope,
+    Source,
+    _drop_none,
+    _id,
+    _params,
+)
+from engram_client.models import (
+    Accepted,
+    Answer,
+    Context,
+    Memory,
+    MemoryPage,
+    Recall,
+)
+
+
+class MemoryCalls(CallsBase):
+    # -- memories -------------------------------------------------------------------------------
+    def remember(
+        self,
+        label: str,
+        content: str,
+        *,
+        kind: Kind = "fact",
+        importance: int = 3,
+        memory_class: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        scope: Scope | None = None,
+        user_id: str | None = None,
+        team_ids: Sequence[str] | None = None,
+        confidence: float | None = None,
+        expires_at: str | None = None,
+        memory_id: str | None = None,
+        replaces: str | None = None,
+        on_conflict: OnConflict | None = None,
+        source: Source | None = None,
+        purpose: str | None = None,
+        correlation_id: str | None = None,
+        occurred_at: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """Remember a memory (``POST …/memories``): 202 with where the log holds it.
+
+        ``importance`` 1 to 5 (Disabled, Low, Medium, High, Critical); ``memory_class`` a class of the
+        ontology (``PerformanceTargetMemory``) with its ``properties``; ``on_conflict`` what to do
+        if an active memory says otherwise (``ask``: 409 naming it; ``replace``; ``keep_both``)."""
+        stakeholders = _drop_none({"user_id": user_id, "team_ids": list(team_ids) if team_ids else None})
+        body = _drop_none(
+            {
+                "label": label,
+                "content": content,
+                "kind": kind,
+                "importance": importance,
+                "memory_class": memory_class,
+                "properties": dict(properties) if properties else None,
+                "scope": scope,
+                "stakeholders": stakeholders or None,
+                "confidence": confidence,
+                "expires_at": expires_at,
+                "memory_id": memory_id,
+                "replaces": replaces,
+                "on_conflict": on_conflict,
+            }
+        )
+        return self._write(
+            "/memories",
+            body,
+            key=idempotency_key,
+            wait=wait,
+            source=source,
+            purpose=purpose,
+            correlation_id=correlation_id,
+            occurred_at=occurred_at,
+        )
+
+    def revise(
+        self,
+        memory_id: str,
+        changes: Mapping[str, Any],
+        *,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """Revise a memory (``PATCH``): a field given is set, ``None`` clears it (``expires_at``, a
+        property), a field not named is untouched; ``properties`` likewise per name."""
+        return self._write(
+            f"/memories/{_id(memory_id)}",
+            dict(changes),
+            method="PATCH",
+            key=idempotency_key,
+            wait=wait,
+            source=source,
+            purpose=purpose,
+        )
+
+    def supersede(
+        self,
+        memory_id: str,
+        superseded_by: str,
+        *,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """``superseded_by`` (an existing memory) replaces ``memory_id``, which stays in the history."""
+        return self._write(
+            f"/memories/{_id(memory_id)}/supersede",
+            {"superseded_by": superseded_by},
+            key=idempotency_key,
+            wait=wait,
+            source=source,
+            purpose=purpose,
+        )
+
+    def restore(
+        self,
+        memory_id: str,
+        *,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """A superseded memory is active again."""
+        return self._write(
+            f"/memories/{_id(memory_id)}/restore", {}, key=idempotency_key, wait=wait, source=source
+        )
+
+    def forget(
+        self,
+        memory_id: str,
+        *,
+        reason: str | None = None,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """Forget a memory (operators and auditors): its content is erased, its lineage kept."""
+        return self._write(
+            f"/memories/{_id(memory_id)}/forget",
+            _drop_none({"reason": reason}),
+            key=idempotency_key,
+            wait=wait,
+            source=source,
+        )
+
+    def get_memory(self, memory_id: str, *, valid_at: str | None = None) -> Call[Memory]:
+        """One memory with its lineage, statuses, conflicts and derived facts (404 if not visible)."""
+        return Call(
+            "GET",
+            f"{self.root}/memories/{_id(memory_id)}",
+            Memory.model_validate,
+            params=_params({"valid_at": valid_at}),
+        )
+
+    def list_memories(
+        self,
+        *,
+        kind: Kind | None = None,
+        scope: Scope | None = None,
+        memory_class: str | None = None,
+        active: bool | None = None,
+        valid_at: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> Call[MemoryPage]:
+        """The memories the principal may see, filtered (``limit`` at most 1000)."""
+        params = {
+            "kind": kind,
+            "scope": scope,
+            "class": memory_class,
+            "active": active,
+            "valid_at": valid_at,
+            "limit": limit,
+            "offset": offset,
+        }
+        return Call("GET", f"{self.root}/memories", MemoryPage.model_validate, params=_params(params))
+
+    def lineage(self, memory_id: str) -> Call[Answer]:
+        """Where a belief came from: source, actor, the supersession chains, every event."""
+        return self._verb("GET", f"/memories/{_id(memory_id)}/lineage")
+
+    # -- recall and context ---------------------------------------------------------------------
+    def recall(
+        self,
+        q: str,
+        *,
+        limit: int | None = None,
+        budget_tokens: int | None = None,
+        kind: Sequence[Kind] | None = None,
+        memory_class: Sequence[str] | None = None,
+        min_importance: int | None = None,
+        min_confidence: float | None = None,
+        valid_at: str | None = None,
+        fusion: Fusion | None = None,
+    ) -> Call[Recall]:
+        """The memories most relevant to ``q``, best first (text and vector search, recency,
+        importance); ``budget_tokens`` packs the best into that many tokens."""
+        body = _drop_none(
+            {
+                "q": q,
+                "limit": limit,
+                "budget_tokens": budget_tokens,
+                "kind": list(kind) if kind else None,
+                "class": list(memory_class) if memory_class else None,
+                "min_importance": min_importance,
+                "min_confidence": min_confidence,
+                "valid_at": valid_at,
+                "fusion": fusion,
+            }
+        )
+        return Call("POST", f"{self.root}/recall", Recall.model_validate, body=body)
+
+    def context(
+        self, q: str | None = None, *, valid_at: str | None = None, after: str | None = None
+    ) -> Call[Context]:
+        """What to pre-load this turn: the top-tier memories, statuses, conflicts, live data and
+        the bundle as markdown. It waits for the client's last write unless ``after`` names
+        another position (``partition:offset``)."""
+        return Call(
+            "GET",
+            f"{self.root}/context",
+            Context.model_validate,
+            params=_params({"q": q, "valid_at": valid_at, "after": after}),
+            carries_position=after is None,
+        )
+
+    def memory_tool(self) -> Call[Answer]:
+        """The ontology's typed memory tool: a function-calling definition (name, parameters)."""
+        return self._verb("GET", "/memory-tool")
+
+    # -- live data ------------------------------------------------------------------------------
+    def observe_kpi(
+        self,
+        metric: str,
+        value: float,
+        period: str,
+        *,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """A KPI's value for a calendar period (``2026``, ``2026-Q4``, ``2026-11``, ``2026-W49``…)."""
+        body = {"metric": metric, "value": value, "period": period}
+        return self._write("/kpis", body, key=idempotency_key, wait=wait, source=source)
+
+    def observe_spend(
+        self,
+        platform: str,
+        amount: float,
+        currency: str,
+        period: str,
+        *,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """Spend to date on one platform in a period."""
+        body = {"platform": platform, "amount": amount, "currency": currency, "period": period}
+        return self._write("/spend", body, key=idempotency_key, wait=wait, source=source)
