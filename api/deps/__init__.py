@@ -25,6 +25,7 @@ from engram.api.deps.principal import (
 from engram.api.deps.tenant import (
     Commands,
     CurrentRuntime,
+    MemoryId,
     SearchStore,
     TenantId,
     TenantStore,
@@ -45,6 +46,7 @@ __all__ = [
     "CurrentPrincipal",
     "CurrentRuntime",
     "IdempotencyKey",
+    "MemoryId",
     "SearchStore",
     "TenantId",
     "TenantStore",

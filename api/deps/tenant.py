@@ -23,6 +23,7 @@ TenantId = Annotated[
     str,
     Path(pattern=anchored(v.TENANT_RE.pattern), description="Tenant id: lowercase letters, digits, _ and -"),
 ]
+MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A memory id")]
 
 
 async def get_commands(request: Request) -> writes.Commands:

@@ -17,6 +17,7 @@ from engram.api.deps import (
     CurrentPrincipal,
     CurrentRuntime,
     IdempotencyKey,
+    MemoryId,
     TenantId,
     TenantStore,
     ValidAt,
@@ -38,7 +39,6 @@ from engram.api.models import (
     MemoryPublic,
     Scope,
     SupersedeRequest,
-    anchored,
 )
 from engram.projections.explain import derived_for_memory, inferred_about
 from engram.projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
@@ -46,7 +46,7 @@ from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import memory_iri
 from engram.projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, sight
 from engram.schemas import vocabulary as v
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Query
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/memories",
@@ -54,8 +54,6 @@ router = APIRouter(
     dependencies=[Depends(get_principal)],
     responses=responses(401, 404, 429),
 )
-
-MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A memory id")]
 
 
 @router.get("", response_model=MemoriesPublic, responses=responses(422))

@@ -20,6 +20,7 @@ from engram.api.deps import (
     CurrentPrincipal,
     CurrentRuntime,
     IdempotencyKey,
+    MemoryId,
     SearchStore,
     TenantId,
     TenantStore,
@@ -51,7 +52,7 @@ from engram.projections.visibility import may_see_memory, sight
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent
 from engram.streams.asof import AsOf
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}",
@@ -59,8 +60,6 @@ router = APIRouter(
     dependencies=[Depends(get_principal)],
     responses=responses(401, 404, 429),
 )
-
-MemoryId = Annotated[str, Path(pattern=anchored(v.ID_RE.pattern), description="A memory id")]
 
 
 @router.post("/recognize", response_model=RecognizeAnswer, responses=responses(422))
