@@ -27,5 +27,5 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
-    for name in ("engram", "streams", "projections", "api", "bench"):
+    for name in ("engram", "bench"):
         logging.getLogger(name).setLevel(level.upper())

@@ -46,7 +46,7 @@ class BrokerStatus:
 
 
 def _resource(name: str) -> Path:
-    return Path(str(resources.files("streams") / "kafka" / name))
+    return Path(str(resources.files("engram.streams") / "kafka" / name))
 
 
 def lib_dir(settings: Settings) -> Path:
