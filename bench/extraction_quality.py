@@ -46,7 +46,12 @@ def speed(extractor: PatternExtractor, texts: list[str], rounds: int, tail: int)
             extractor.extract_sync(t, [])
     seconds = time.perf_counter() - started
     n = rounds * len(turns)
-    return {"turns": n, "seconds": round(seconds, 3), "turns_per_s": round(n / seconds), "target_turns_per_s": 1000}
+    return {
+        "turns": n,
+        "seconds": round(seconds, 3),
+        "turns_per_s": round(n / seconds),
+        "target_turns_per_s": 1000,
+    }
 
 
 def main(rounds: int, tail: int) -> dict[str, Any]:

@@ -135,6 +135,19 @@ class Settings(BaseSettings):
         True,
         description="Embed recall and context queries in a helper process, overlapping the graph reads.",
     )
+    extractor: str = Field(
+        "patterns", description="What turns conversation turns into memories: patterns, llm or none."
+    )
+    extraction_llm_base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint of the llm extractor (…/v1; Ollama, vLLM, OpenAI)."
+    )
+    extraction_llm_model: str | None = Field(None, description="Model the llm extractor asks.")
+    extraction_llm_api_key: str | None = Field(
+        None, description="Bearer key of the llm endpoint; unset: none sent."
+    )
+    extraction_llm_timeout_s: float = Field(
+        30.0, gt=0, description="Longest wait for one completion (retryable)."
+    )
     context_confidence_floor: float = Field(
         0.5, ge=0, le=1, description="Least confidence of a top-tier memory in the context."
     )

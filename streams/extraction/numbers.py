@@ -12,7 +12,23 @@ import re
 from dataclasses import dataclass
 
 SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR"}
-CODES = ("USD", "EUR", "GBP", "JPY", "INR", "CAD", "AUD", "CHF", "SEK", "NOK", "DKK", "NZD", "SGD", "BRL", "MXN")
+CODES = (
+    "USD",
+    "EUR",
+    "GBP",
+    "JPY",
+    "INR",
+    "CAD",
+    "AUD",
+    "CHF",
+    "SEK",
+    "NOK",
+    "DKK",
+    "NZD",
+    "SGD",
+    "BRL",
+    "MXN",
+)
 WORD_CURRENCIES = {
     "dollar": "USD",
     "dollars": "USD",
@@ -24,23 +40,31 @@ WORD_CURRENCIES = {
     "yen": "JPY",
     "rupees": "INR",
 }
-MULTIPLIERS = {"k": 1e3, "thousand": 1e3, "m": 1e6, "mm": 1e6, "mn": 1e6, "million": 1e6, "bn": 1e9, "billion": 1e9}
-
-_UNITS = {
-    w: i
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-        "sixteen seventeen eighteen nineteen".split()
-    )
+MULTIPLIERS = {
+    "k": 1e3,
+    "thousand": 1e3,
+    "m": 1e6,
+    "mm": 1e6,
+    "mn": 1e6,
+    "million": 1e6,
+    "bn": 1e9,
+    "billion": 1e9,
 }
-_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if i >= 2}
+
+_UNIT_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen"
+)
+_UNITS = {w: i for i, w in enumerate(_UNIT_WORDS.split())}
+_TEN_WORDS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety"
+_TENS = {w: 10 * i for i, w in enumerate(_TEN_WORDS.split()) if i >= 2}
 _WORD = "|".join(sorted([*_UNITS, *_TENS, "hundred"], key=len, reverse=True))
 
 _SYM = "[$€£¥₹]"
 _CODE = "|".join(CODES)
 _CUR_WORD = "|".join(sorted(WORD_CURRENCIES, key=len, reverse=True))
 _DIGITS = (
-    r"\d{1,3}(?:(?:,|'|’|\u00a0|\u202f| (?=\d{3}\b))\d{3})+(?:\.\d+)?"  # 40,000 40'000 40 000 (1,000.50)
+    r"\d{1,3}(?:(?:,|'|\u2019|\u00a0|\u202f| (?=\d{3}\b))\d{3})+(?:\.\d+)?"  # 40,000 40'000 40 000 (1,000.50)
     r"|\d{1,2}(?:,\d{2})+,\d{3}"  # 8,00,000 (lakh grouping)
     r"|\d{1,3}(?:\.\d{3})+(?:,\d+)?(?![\d.])"  # 40.000 40.000,50
     r"|\d+(?:[.,]\d+)?"  # 40000 40000.00 5.5 3,5
@@ -76,17 +100,14 @@ def parse_digits(text: str) -> float:
     """Digits with separators as a float: the last of ``,`` and ``.`` is the decimal point when both
     appear; a lone separator followed by exactly three digits groups thousands ("40.000", "40,000"),
     else it is the decimal point ("5.5", "3,5"); spaces and apostrophes always group."""
-    s = re.sub(r"[\s'’\u00a0\u202f]", "", text)
+    s = re.sub(r"[\s'\u2019\u00a0\u202f]", "", text)
     if "," in s and "." in s:
         decimal = "," if s.rfind(",") > s.rfind(".") else "."
         s = s.replace("." if decimal == "," else ",", "").replace(decimal, ".")
     elif "," in s or "." in s:
         sep = "," if "," in s else "."
         parts = s.split(sep)
-        if len(parts) > 2 or len(parts[-1]) == 3:
-            s = "".join(parts)
-        else:
-            s = ".".join(parts)
+        s = "".join(parts) if len(parts) > 2 or len(parts[-1]) == 3 else ".".join(parts)
     return float(s)
 
 

@@ -173,31 +173,54 @@ FACT_VERB = re.compile(
 )
 ASSESSMENT_NAME = r"(?P<name>(?-i:[A-Z][a-z]+(?: [A-Z][a-z]+)+))"
 ASSESSMENTS = [
-    re.compile(ASSESSMENT_NAME + r"\W{1,3}(?:was |is |gets |got )?(?:a )?(?P<r>[1-5])\s*(?:/|out of)\s*5", _I),
+    re.compile(
+        ASSESSMENT_NAME + r"\W{1,3}(?:was |is |gets |got )?(?:a )?(?P<r>[1-5])\s*(?:/|out of)\s*5", _I
+    ),
     re.compile(r"(?:rate|rated|scored?|give|gave)\s+" + ASSESSMENT_NAME + r"\s+(?:an? )?(?P<r>[1-5])\b", _I),
     re.compile(r"rating for " + ASSESSMENT_NAME + r"\W{1,3}(?P<r>[1-5])\b", _I),
-    re.compile(ASSESSMENT_NAME + r" is an? (?P<verbal>strong hire|strong yes|strong no(?: hire)?|no hire|hire)\b", _I),
+    re.compile(
+        ASSESSMENT_NAME + r" is an? (?P<verbal>strong hire|strong yes|strong no(?: hire)?|no hire|hire)\b", _I
+    ),
 ]
-VERBAL_RATING = {"strong hire": 5, "strong yes": 5, "hire": 4, "no hire": 2, "strong no": 1, "strong no hire": 1}
+VERBAL_RATING = {
+    "strong hire": 5,
+    "strong yes": 5,
+    "hire": 4,
+    "no hire": 2,
+    "strong no": 1,
+    "strong no hire": 1,
+}
 ROLE_PATTERNS = [
     re.compile(r"\bfor (?:the|our|a|an) (?P<role>[\w +/-]+?) (?:role|position|opening|job|hire|req)\b", _I),
-    re.compile(r"\bthe (?P<role>[\w +/-]+?) (?:role|position|opening|job) (?:requires|needs|must|should)\b", _I),
+    re.compile(
+        r"\bthe (?P<role>[\w +/-]+?) (?:role|position|opening|job) (?:requires|needs|must|should)\b", _I
+    ),
     re.compile(r"^(?:our )?(?P<role>[\w +/-]+?) (?:candidates|hires|applicants) (?:must|need|should)\b", _I),
     re.compile(rf"^(?:our |the )?(?P<role>(?:[\w+/-]+ ){{0,3}}{ROLE_NOUN}) (?:must|should|needs?)\b", _I),
 ]
 CRITERIA_CUE = re.compile(r"\b(?:need|needs|require|requires|required|must|should|want|is a must)\b", _I)
 RECRUIT_NOUN = re.compile(
-    r"\b(?:engineers?|developers?|designers?|candidates?|hires?|talent|roles?|jobs?|positions?|openings?)\b", _I
+    r"\b(?:engineers?|developers?|designers?|candidates?|hires?|talent|roles?|jobs?|positions?|openings?)\b",
+    _I,
 )
 CHANNEL = r"(?P<channel>[A-Za-z][\w.]*(?: (?-i:[A-Z])[\w.]*)*|referrals?)"
 SOURCING = [
     re.compile(r"\b(?:source|sourcing|find|recruit|get|hire)\b.*?\b(?:from|through|via|on)\s+" + CHANNEL, _I),
-    re.compile(r"\bpost(?:ing)? (?:[\w-]+ ){0,2}(?:jobs|roles|openings|positions|vacancies) (?:on|to)\s+" + CHANNEL, _I),
+    re.compile(
+        r"\bpost(?:ing)? (?:[\w-]+ ){0,2}(?:jobs|roles|openings|positions|vacancies) (?:on|to)\s+" + CHANNEL,
+        _I,
+    ),
     re.compile(r"^use\s+" + CHANNEL + r" for\b.*\b(?:candidates|hires|roles|talent)\b", _I),
-    re.compile(r"^(?P<channel>[\w ]+?) (?:work|works|are|is) (?:best|great|well) for (?:our )?[\w -]*(?:roles|hires|positions)\b", _I),
+    re.compile(
+        r"^(?P<channel>[\w ]+?) (?:work|works|are|is) (?:best|great|well) for "
+        r"(?:our )?[\w -]*(?:roles|hires|positions)\b",
+        _I,
+    ),
 ]
 TONE = re.compile(
-    r"\b(?:voice|tone)\b(?: (?:is|should (?:always )?be|must be|:))?\s+(?P<tone>[a-z][a-z ]*?)(?=,|;|\.| in | no |$)", _I
+    r"\b(?:voice|tone)\b(?: (?:is|should (?:always )?be|must be|:))?\s+"
+    r"(?P<tone>[a-z][a-z ]*?)(?=,|;|\.| in | no |$)",
+    _I,
 )
 
 
@@ -288,7 +311,9 @@ class PatternExtractor:
                 if not ONE_OFF.search(sentence) or RULE_START.match(sentence):
                     found = self._generic(sentence, content)
             elif found:  # "cap TikTok at $10k a month, and never run ads on weekends": the rule too
-                found += [g for c in CLAUSE.split(sentence) if not self._typed(c, content) for g in self._rules(c)]
+                found += [
+                    g for c in CLAUSE.split(sentence) if not self._typed(c, content) for g in self._rules(c)
+                ]
             out.extend(found)
         return out
 
@@ -320,7 +345,9 @@ class PatternExtractor:
                 continue
             goal = window[0]
             between = clause[mention.end() : goal.start]
-            if not TARGET_CUE.search(clause[: goal.start]) or re.search(r"\b(?:is at|reached)\b", between, _I):
+            if not TARGET_CUE.search(clause[: goal.start]) or re.search(
+                r"\b(?:is at|reached)\b", between, _I
+            ):
                 continue
             consumed.add(goal.start)
             metric = self._metric_of[re.sub(r"[\s-]+", " ", mention.group(0).lower())]
@@ -342,7 +369,9 @@ class PatternExtractor:
         platform = self._platform.search(clause) or self._platform.search(sentence)
         if platform is None or not BUDGET_CUE.search(sentence):
             return []
-        money = [a for a in numbers if a.start not in consumed and not a.percent and (a.scaled or a.value >= 100)]
+        money = [
+            a for a in numbers if a.start not in consumed and not a.percent and (a.scaled or a.value >= 100)
+        ]
         if not money:
             return []
         if platform.string is clause:  # the amount nearest the platform's mention
@@ -350,11 +379,17 @@ class PatternExtractor:
         amount = money[0]
         consumed.add(amount.start)
         name = self._platform_of[re.sub(r"[\s-]+", " ", platform.group(0).lower())]
-        props: dict[str, Any] = {"platform": name, "amount": amount.number, "currency": amount.currency or "USD"}
+        props: dict[str, Any] = {
+            "platform": name,
+            "amount": amount.number,
+            "currency": amount.currency or "USD",
+        }
         period = self._period(clause) or self._period(sentence)
         if period:
             props["period"] = period
-        title = "Total" if name == "all" else platform.group(0).strip().title() if len(name) > 3 else name.upper()
+        title = (
+            "Total" if name == "all" else platform.group(0).strip().title() if len(name) > 3 else name.upper()
+        )
         label = f"{title} {period + 'ly ' if period and period != 'day' else 'daily ' if period else ''}cap"
         return [_Found("BudgetConstraintMemory", "objective", props, label, content, "patterns:budget-cap")]
 
@@ -489,4 +524,3 @@ def _sentence_case(text: str) -> str:
 def _short_label(content: str) -> str:
     words = content.rstrip(".!").split()
     return " ".join(words[:6]) + ("…" if len(words) > 6 else "")
-

@@ -22,7 +22,6 @@ from engram.projections.knowledge import Knowledge
 from engram.schemas import vocabulary as v
 from engram.streams.extraction.extractor import Known
 
-
 _KEYS: dict[tuple[str, str], tuple[str, ...]] = {}  # (knowledge digest, class) -> keys: a pure cache
 
 
@@ -175,7 +174,9 @@ def score(
                 out.misses.append({"text": text, "missed": dict(exp)})
         for f in left:
             out._row(_class(f)).false_positives += 1
-            out.misses.append({"text": text, "spurious": {k: f.get(k) for k in ("memory_class", "kind", "properties")}})
+            out.misses.append(
+                {"text": text, "spurious": {k: f.get(k) for k in ("memory_class", "kind", "properties")}}
+            )
     return out
 
 

@@ -69,3 +69,15 @@ def test_at_least_a_thousand_turns_a_second_in_process() -> None:
     for i in range(0, len(turns), 8):
         extractor.extract_sync(turns[i : i + 8], [])
     assert len(turns) / (time.perf_counter() - started) >= 1000
+
+
+def test_every_pattern_candidate_passes_the_checks_a_write_does() -> None:
+    from engram.streams.extraction.checks import refusal
+
+    knowledge = load_knowledge()
+    extractor = PatternExtractor(knowledge)
+    for path in (HERE / "utterances.jsonl", HERE / "heldout.jsonl"):
+        for n, row in enumerate(load_labelled(path)):
+            turn = Turn("c", f"t{n}", n + 1, "someone", "user", row["text"], AT)
+            for c in extractor.extract_sync([turn], []):
+                assert refusal(knowledge, c.memory) is None, (row["text"], c.memory)

@@ -14,8 +14,22 @@ from hypothesis import strategies as st
 
 @pytest.mark.parametrize(
     "text",
-    ["$40k", "40,000", "40000.00", "40 k", "40 000", "40K USD", "USD 40000", "40.000 €", "40'000", "$40,000.00",
-     "forty thousand", "40000$", "0.04m", "$ 40K"],
+    [
+        "$40k",
+        "40,000",
+        "40000.00",
+        "40 k",
+        "40 000",
+        "40K USD",
+        "USD 40000",
+        "40.000 €",
+        "40'000",
+        "$40,000.00",
+        "forty thousand",
+        "40000$",
+        "0.04m",
+        "$ 40K",
+    ],
 )
 def test_forty_thousand_in_many_forms(text: str) -> None:
     assert parse_amount(text) == 40000
@@ -23,9 +37,18 @@ def test_forty_thousand_in_many_forms(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value", "currency"),
-    [("€5.5k", 5500, "EUR"), ("1.2m", 1_200_000, None), ("₹8,00,000", 800_000, "INR"), ("CHF 12'000", 12000, "CHF"),
-     ("£12,500", 12500, "GBP"), ("80 cents", 0.8, "USD"), ("$1,000.50", 1000.5, "USD"), ("3,5", 3.5, None),
-     ("two dollars", 2, "USD"), ("¥500,000", 500_000, "JPY")],
+    [
+        ("€5.5k", 5500, "EUR"),
+        ("1.2m", 1_200_000, None),
+        ("₹8,00,000", 800_000, "INR"),
+        ("CHF 12'000", 12000, "CHF"),
+        ("£12,500", 12500, "GBP"),
+        ("80 cents", 0.8, "USD"),
+        ("$1,000.50", 1000.5, "USD"),
+        ("3,5", 3.5, None),
+        ("two dollars", 2, "USD"),
+        ("¥500,000", 500_000, "JPY"),
+    ],
 )
 def test_amounts_and_currencies(text: str, value: float, currency: str | None) -> None:
     [found] = amounts(text)
@@ -50,8 +73,36 @@ def test_two_decimal_places_are_cents_not_thousands(whole: int, cents: int) -> N
 
 
 WORDS = st.sampled_from(
-    ["keep", "ROAS", "above", "3", "never", "spend", "more", "than", "$40k", "on", "Meta", "per", "month", "we",
-     "prefer", "our", "fiscal", "year", "starts", "in", "April", "lol", "?", "used", "to", ".", "CPA", "under"]
+    [
+        "keep",
+        "ROAS",
+        "above",
+        "3",
+        "never",
+        "spend",
+        "more",
+        "than",
+        "$40k",
+        "on",
+        "Meta",
+        "per",
+        "month",
+        "we",
+        "prefer",
+        "our",
+        "fiscal",
+        "year",
+        "starts",
+        "in",
+        "April",
+        "lol",
+        "?",
+        "used",
+        "to",
+        ".",
+        "CPA",
+        "under",
+    ]
 )
 
 
