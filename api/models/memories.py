@@ -132,7 +132,7 @@ class MemoryCreate(Attribution):
     def _evidence_is_extracted(self) -> MemoryCreate:
         if self.evidence is not None and self.source != v.Source.EXTRACTION:
             raise PydanticCustomError(
-                "value_error", "evidence is only for source extraction (a memory extracted from a conversation)"
+                "value_error", "evidence is only for source extraction (a memory from a conversation)"
             )
         return self
 
