@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import faust
 import numpy as np
+from engram.commands.extraction import ExtractionWorkflow
 from engram.commands.writes import Commands
 from engram.projections.progress import Progress
 from engram.projections.sparql_sandbox import Sandbox
@@ -46,6 +47,7 @@ class Runtime:
     query_worker: EmbeddingWorker | None = None
     past: AsOfProjections | None = None  # as_of reads: tenants replayed to a point of system time
     sparql: Sandbox | None = None  # the SPARQL route's evaluators (no network, killed at the limit)
+    capture: ExtractionWorkflow | None = None  # conversation turns to memories; None when off
     recent_queries: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
 
     def query_vector(self, text: str | None) -> PendingVector:

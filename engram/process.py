@@ -4,6 +4,9 @@ Two processes run the projector: ``engram serve`` (the API with the projector in
 and ``engram worker`` (the projector alone, for scale-out: more workers in one consumer group).
 Both compose it here, so a worker is the server's projector without FastAPI, and the API layer
 receives its runtime instead of building it.
+
+Capture (conversation turns to memories, ``commands.extraction``) runs in ``engram serve`` only:
+it writes through the command layer, which a worker does not have; more workers do not extract.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 import faust
 
 from engram.api.runtime import Runtime
+from engram.commands.extraction import ExtractionSettings, ExtractionWorkflow
 from engram.commands.writes import Commands
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.progress import Progress
@@ -90,6 +94,55 @@ def compose_projection(settings: Settings) -> Projection:
 
 
 @asynccontextmanager
+async def capturing(settings: Settings, runtime: Runtime) -> AsyncIterator[ExtractionWorkflow | None]:
+    """The extraction workflow, fed by the conversations agent and swept every quarter of
+    ``ENGRAM_EXTRACTION_IDLE_S``; None when capture is off (``ENGRAM_EXTRACTION=false``).
+
+    The conversation store, its Faust agent and the progress log are the conversations part's
+    (``projections.conversations``, ``streams.conversations``); the extractor the settings name
+    comes from ``streams.extraction``."""
+    if not settings.extraction:
+        yield None
+        return
+    try:  # the capture parts: conversation turns and the extractors
+        from engram.projections.conversations import ConversationStore  # type: ignore[import-not-found]
+        from engram.streams.conversations import ConversationLog, create_conversations_app  # type: ignore[import-not-found]
+        from engram.streams.extraction import load_extractor  # type: ignore[attr-defined]
+    except ImportError as exc:
+        log.warning("capture unavailable in this build: %s", exc)
+        yield None
+        return
+    store = ConversationStore(settings.data_dir / "conversations")
+    conversation_log = ConversationLog(settings)
+    workflow = ExtractionWorkflow(
+        runtime.commands,
+        store,
+        runtime.stores.keys,
+        conversation_log,
+        load_extractor(settings),
+        ExtractionSettings.of(settings),
+    )
+    app = create_conversations_app(settings, store, runtime.stores.keys, on_applied=workflow.on_applied)
+    await conversation_log.start()
+    await app.start()
+    sweeping = asyncio.create_task(workflow.sweep_forever())
+    log.info(
+        "capture on: extract at %d turns or %.1f s idle",
+        settings.extraction_turns,
+        settings.extraction_idle_s,
+    )
+    try:
+        yield workflow
+    finally:
+        sweeping.cancel()
+        await asyncio.gather(sweeping, return_exceptions=True)
+        await app.stop()
+        await workflow.stop()  # a range cut short is extracted again on restart: same event ids
+        await conversation_log.stop()
+        store.close()
+
+
+@asynccontextmanager
 async def running(settings: Settings) -> AsyncIterator[Runtime]:
     """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, as_of
     replays, the SPARQL sandbox and (when enabled) the archiver; stopped after."""
@@ -127,7 +180,9 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     )
     log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
     try:
-        yield runtime
+        async with capturing(settings, runtime) as workflow:
+            runtime.capture = workflow
+            yield runtime
     finally:
         if archiving is not None:  # the open segments are written before it returns
             archive_stop.set()

@@ -151,6 +151,24 @@ class Settings(BaseSettings):
     context_confidence_floor: float = Field(
         0.5, ge=0, le=1, description="Least confidence of a top-tier memory in the context."
     )
+    extraction: bool = Field(
+        True, description="Capture: extract memories from conversation turns inside `engram serve`."
+    )
+    extraction_turns: int = Field(
+        6,
+        ge=1,
+        description="Unprocessed turns of a conversation that start its extraction at once: three "
+        "exchanges, enough context for a statement and its correction, small enough to be quick.",
+    )
+    extraction_idle_s: float = Field(
+        30.0, gt=0, description="Idle seconds after which a conversation's shorter tail is extracted."
+    )
+    extraction_retries: int = Field(
+        3, ge=0, description="Retries of an extraction that failed retryably, before it is dead-lettered."
+    )
+    extraction_backoff_s: float = Field(
+        0.5, ge=0, description="First retry delay of a failed extraction; doubled at each retry."
+    )
     log_level: str = Field("INFO", description="Log level of engram's loggers.")
     auth_secret: str | None = Field(
         None,

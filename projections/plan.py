@@ -219,6 +219,10 @@ def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
     b.add(m, e("changedBy"), Literal(event.event_id))
     if event.purpose:
         b.add(m, e("purpose"), Literal(event.purpose))
+    if p.evidence is not None:  # ids only, no words: kept when the memory is forgotten
+        b.add(m, e("evidenceConversation"), Literal(p.evidence.conversation_id))
+        for turn in p.evidence.turn_ids:
+            b.add(m, e("evidenceTurn"), Literal(turn))
     if p.replaces:
         old = b.existing(p.replaces)
         b.replace(old, e("supersededBy"), m)

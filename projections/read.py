@@ -130,6 +130,22 @@ def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everythi
     }
 
 
+def memory_evidence(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None:
+    """What an extracted memory rests on (the conversation and its turns, with a sentence saying
+    so), or None for a memory that was not extracted from a conversation."""
+    m = memory_iri(memory_id)
+    conversations = graph.objects(m, e("evidenceConversation"))
+    if not conversations:
+        return None
+    conversation = conversations[0].value
+    turns = sorted(t.value for t in graph.objects(m, e("evidenceTurn")))
+    return {
+        "conversation_id": conversation,
+        "turn_ids": turns,
+        "text": f"extracted from conversation {conversation}, turns {', '.join(turns)}",
+    }
+
+
 def _class_name(iri: str) -> str:
     return iri[len(v.ENGRAM) :] if iri.startswith(v.ENGRAM) else iri
 

@@ -70,6 +70,14 @@ class Sealed(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Evidence(Record):
+    """What an extracted memory rests on: the conversation and the turns in it that said it."""
+
+    conversation_id: str
+    turn_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryRemembered(MemoryEvent):
     reshapes: ClassVar[bool] = True
     reindexes: ClassVar[bool] = True
@@ -89,6 +97,7 @@ class MemoryRemembered(MemoryEvent):
     replaces: str | None = None
     on_conflict: v.OnConflict = v.OnConflict.ASK
     sealed: Sealed | None = None
+    evidence: Evidence | None = None
 
     def property_names(self) -> Iterable[str]:
         return self.properties.keys()
@@ -123,6 +132,8 @@ class MemoryRemembered(MemoryEvent):
             c.id(p["replaces"], "replaces")
             c.require(p.get("replaces") != p.get("memory_id"), "a memory cannot replace itself")
         c.one_of(p.get("on_conflict", v.OnConflict.ASK), v.OnConflict, "on_conflict")
+        if p.get("evidence") is not None:
+            _check_evidence(c, _mapping(c, p, "evidence"))
         emb = p.get("embedding")
         if emb is not None and c.require(isinstance(emb, list | tuple), "embedding must be a list"):
             c.require(
@@ -147,6 +158,18 @@ class MemoryRemembered(MemoryEvent):
 # The shared fields a revision may set, and the ones it may clear (the others are required).
 REVISABLE_FIELDS: tuple[str, ...] = ("label", "content", "kind", "importance", "confidence", "expires_at")
 CLEARABLE_FIELDS: frozenset[str] = frozenset({"expires_at"})
+
+
+def _check_evidence(c: Problems, evidence: Mapping[str, Any]) -> None:
+    """An extracted memory names the conversation and at least one of its turns, a bounded few."""
+    c.id(evidence.get("conversation_id"), "evidence.conversation_id")
+    turns = _list(c, evidence.get("turn_ids"), "evidence.turn_ids")
+    c.require(
+        0 < len(turns) <= v.EVIDENCE_TURNS_MAX,
+        f"evidence.turn_ids must name 1 to {v.EVIDENCE_TURNS_MAX} turns, got {len(turns)}",
+    )
+    for turn in turns[: v.EVIDENCE_TURNS_MAX]:
+        c.id(turn, "evidence.turn_ids")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -99,6 +99,7 @@ DIGEST_RE: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
 DECISION_MAX: Final = 4096
 SUMMARY_MAX: Final = 4096
 CITED_MAX: Final = 64
+EVIDENCE_TURNS_MAX: Final = 64  # the turns one extracted memory cites: a tail, not a history
 
 
 def values(enum: type[StrEnum]) -> frozenset[str]:
@@ -145,6 +146,7 @@ MEMORY_PREDICATES: Final = frozenset(
         "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source", "actor",
         "actorRole", "validFrom", "validTo", "recordedAt", "updatedAt", "changedBy", "supersededBy",
         "forgotten", "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose", "legalHold",
+        "evidenceConversation", "evidenceTurn",
     }
 )  # fmt: skip
 

@@ -66,6 +66,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         embedding=[0.1, 0.2],
         embedding_model="mini",
         stakeholders={"user_id": None, "team_ids": ["growth"]},
+        evidence={"conversation_id": "c1", "turn_ids": ["c1-1", "c1-2"]},
     ),
     "MemoryRevised": {
         "memory_id": "m1",

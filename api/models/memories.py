@@ -46,6 +46,13 @@ class Stakeholders(EdgeModel):
     team_ids: list[Id] = Field(default_factory=list, max_length=64)
 
 
+class EvidenceIn(EdgeModel):
+    """The conversation and turns an extracted memory rests on (``justify`` shows them)."""
+
+    conversation_id: Id
+    turn_ids: list[Id] = Field(min_length=1, max_length=v.EVIDENCE_TURNS_MAX)
+
+
 class StakeholdersOut(BaseModel):
     user_id: str | None = None
     team_ids: list[str] = Field(default_factory=list)
@@ -109,11 +116,24 @@ class MemoryCreate(Attribution):
     embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
     replaces: Id | None = None
     on_conflict: OnConflict = v.OnConflict.ASK.value
+    evidence: EvidenceIn | None = Field(
+        None,
+        description="The conversation and turns it was extracted from: with source extraction only "
+        "(justify says 'extracted from conversation C, turns ...', a claim no other source makes)",
+    )
 
     @model_validator(mode="after")
     def _embedding_has_a_model(self) -> MemoryCreate:
         if self.embedding is not None and self.embedding_model is None:
             raise PydanticCustomError("missing", "an embedding needs embedding_model")
+        return self
+
+    @model_validator(mode="after")
+    def _evidence_is_extracted(self) -> MemoryCreate:
+        if self.evidence is not None and self.source != v.Source.EXTRACTION:
+            raise PydanticCustomError(
+                "value_error", "evidence is only for source extraction (a memory from a conversation)"
+            )
         return self
 
     def payload(self) -> dict[str, Any]:

@@ -82,6 +82,12 @@ class Supersession(BaseModel):
     supersedes: list[str] = Field(description="What it replaced, nearest first")
 
 
+class Evidence(BaseModel):
+    conversation_id: str
+    turn_ids: list[str]
+    text: str = Field(description='"extracted from conversation C, turns t1, t2"')
+
+
 class Justification(BaseModel):
     memory_id: str
     label: str | None
@@ -99,6 +105,9 @@ class Justification(BaseModel):
     forgotten_reason: str | None
     events: list[LineageEvent] = Field(description="Every event that touched it, in log order")
     supersession: Supersession
+    evidence: Evidence | None = Field(
+        None, description="An extracted memory's conversation and turns; null for any other"
+    )
     statuses: dict[str, StatusValue]
     derived: list[dict[str, Any]] = Field(
         description="Inferred facts about it ({predicate, value, derivations}), each derivation "

@@ -92,6 +92,7 @@ class Justification(Answer):
     forgotten_reason: str | None = None
     events: list[LineageEvent] = Field(default_factory=list)
     supersession: Supersession = Field(default_factory=Supersession)
+    evidence: dict[str, Any] | None = None  # an extracted memory's {conversation_id, turn_ids, text}
     statuses: dict[str, Any] = Field(default_factory=dict)
     derived: list[DerivedFact] = Field(default_factory=list)
     as_of: str | None = None
