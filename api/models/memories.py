@@ -109,6 +109,12 @@ class MemoryCreate(Attribution):
     embedding_model: StrictStr | None = Field(None, min_length=1, max_length=128)
     replaces: Id | None = None
     on_conflict: OnConflict = v.OnConflict.ASK.value
+    proposes: Id | None = Field(
+        None,
+        description="A proposal: the memory this would replace once a person accepts it "
+        "(GET …/proposals); inactive until then. An extracted memory that would replace a person's "
+        "becomes one without asking.",
+    )
 
     @model_validator(mode="after")
     def _embedding_has_a_model(self) -> MemoryCreate:
