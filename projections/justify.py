@@ -3,7 +3,8 @@ a decision was taken (``justify_decision``): who, for whom, on what, and how the
 
 An auditor or an agent asking "why do you believe this?" needs the provenance (source, actor,
 purpose, valid and system time), every event that touched the memory with its log position, the
-supersession chain both ways, and for each derived fact the rule derivation tree down to asserted
+supersession chain both ways, a proposal's standing (what it would replace, who decided it) and
+the pending proposals against a memory, and for each derived fact the rule derivation tree down to asserted
 facts. Those exist already as separate reads (``read.memory_lineage``, ``explain.inferred_about``);
 this assembles them through one ``sees`` filter, so a justification never names a memory its
 reader may not see (the chains stop there, and a derivation through one is left out).
@@ -15,6 +16,7 @@ from typing import Any
 
 from engram.projections.agents import _ids, _one, _term_seen, decision, may_see_node
 from engram.projections.explain import InferredView, inferred_about
+from engram.projections.proposals import proposal_facts
 from engram.projections.read import get_memory, memory_lineage, memory_statuses
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, agent_iri, e, memory_iri
@@ -60,6 +62,7 @@ def justify(
         "forgotten_reason": lineage["forgotten_reason"],
         "events": lineage["events"],
         "supersession": {"superseded_by": lineage["superseded_by"], "supersedes": lineage["supersedes"]},
+        **proposal_facts(graph, memory_id, sees),  # what it proposes and its decision; proposals against it
         "statuses": memory_statuses(graph, memory_id),
         "derived": derived,
     }

@@ -266,7 +266,7 @@ def _decided(b: Builder, p: ev.ProposalDecided) -> None:
         assert isinstance(old, NamedNode)
         if b.state.objects(old, e("supersededBy")) or b.state.objects(old, e("forgotten")):
             old_id = old.value.rsplit(":", 1)[-1]
-            raise Conflict(f"memory {old_id}, which proposal {p.memory_id} would replace, is no longer active")
+            raise Conflict(f"memory {old_id}, which {p.memory_id} proposes to replace, is no longer active")
         b.replace(old, e("supersededBy"), m)
         b.replace(old, e("validTo"), next(iter(b.state.objects(m, e("validFrom"))), None))
         b.touch(old)

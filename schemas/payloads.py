@@ -127,7 +127,10 @@ class MemoryRemembered(MemoryEvent):
         if p.get("proposes") is not None:
             c.id(p["proposes"], "proposes")
             c.require(p.get("proposes") != p.get("memory_id"), "a memory cannot propose to replace itself")
-            c.require(p.get("replaces") is None, "a proposal replaces nothing until accepted: not both replaces and proposes")
+            c.require(
+                p.get("replaces") is None,
+                "a proposal replaces nothing until accepted: not both proposes and replaces",
+            )
         emb = p.get("embedding")
         if emb is not None and c.require(isinstance(emb, list | tuple), "embedding must be a list"):
             c.require(

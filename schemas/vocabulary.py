@@ -161,7 +161,8 @@ MEMORY_PREDICATES: Final = frozenset(
         "stakeholderTeam", "importance", "confidence", "expiresAt", "embeddingModel", "source", "actor",
         "actorRole", "validFrom", "validTo", "recordedAt", "updatedAt", "changedBy", "supersededBy",
         "forgotten", "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose", "legalHold",
-        "proposes", "proposalStatus", "decidedBy", "decidedByRole", "decidedFor", "decidedAt", "decisionReason",
+        "proposes", "proposalStatus", "decidedBy", "decidedByRole", "decidedFor", "decidedAt",
+        "decisionReason",
     }
 )  # fmt: skip
 

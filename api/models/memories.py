@@ -220,6 +220,10 @@ class MemoryPublic(BaseModel):
     supersedes: list[str]
     forgotten: bool
     active: bool
+    proposes: str | None = Field(None, description="A proposal's: the memory it would replace")
+    proposal_status: str | None = Field(
+        None, description="A proposal's: pending, accepted or rejected (only an accepted one is active)"
+    )
     legal_hold: str | None = Field(None, description="The reason of the legal hold that stands, if any")
     lineage: list[str]
     classes: list[str] = Field(default_factory=list, description="Asserted and inferred classes")

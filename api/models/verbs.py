@@ -82,6 +82,18 @@ class Supersession(BaseModel):
     supersedes: list[str] = Field(description="What it replaced, nearest first")
 
 
+class ProposalStanding(BaseModel):
+    """A proposal's: the memory it would replace and how it was decided."""
+
+    proposes: str | None = Field(description="The memory it would replace (null: one the reader may not see)")
+    status: str = Field(description="pending, accepted or rejected")
+    decided_by: str | None = Field(description="Who accepted or rejected it (an agent's id if one did)")
+    decided_by_role: str | None
+    decided_for: str | None = Field(description="The user the decision was made for")
+    decided_at: str | None
+    reason: str | None
+
+
 class Justification(BaseModel):
     memory_id: str
     label: str | None
@@ -99,6 +111,10 @@ class Justification(BaseModel):
     forgotten_reason: str | None
     events: list[LineageEvent] = Field(description="Every event that touched it, in log order")
     supersession: Supersession
+    proposal: ProposalStanding | None = Field(None, description="Set when this memory is a proposal")
+    pending_proposals: list[str] = Field(
+        default_factory=list, description="Pending proposals to replace this memory, by id"
+    )
     statuses: dict[str, StatusValue]
     derived: list[dict[str, Any]] = Field(
         description="Inferred facts about it ({predicate, value, derivations}), each derivation "

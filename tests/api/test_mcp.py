@@ -44,7 +44,7 @@ TOOLS = {
     "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
     "recognize", "justify", "associate", "resolve", "summarise", "check_plan", "record_decision",
     "decisions_relying_on", "justify_decision", "start_session", "end_session", "record_episode",
-    "record_tool_call", "episodes_in",
+    "record_tool_call", "episodes_in", "list_proposals", "decide_proposal",
 }  # fmt: skip
 META_8K = {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"}
 BREACH = "breaches meta-cap: spend 34,000 + 8,000 = 42,000 of cap 40,000 USD = 105%"
