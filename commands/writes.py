@@ -1,6 +1,6 @@
 """Every write: validate, decide as the projection would, append to the log, optionally wait.
 
-One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``forget``,
+One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``decide_proposal``, ``forget``,
 ``place_hold``, ``release_hold``, ``observe_kpi``, ``observe_spend``, ``tick_clock``,
 ``change_stakeholder``), all through ``submit``. The answers: ``Accepted`` (``applied`` once the
 projection has it), or a ``Refused``: 403 for a change the actor may not make
@@ -84,13 +84,16 @@ class Commands:
         the same label, revising it; else, if any rival was entered by a person, refused (409, the
         rivals named); ``replace`` superseding its one rival; ``keep_both`` written beside them.
         Auto-captured memories (source ``extraction``) never ask: they supersede an auto-captured
-        rival and leave a person's alone."""
+        rival silently; one that would replace or contradict a person's (any rival not extracted)
+        becomes a pending proposal against it (``proposes``: inactive until a person accepts it,
+        ``decide_proposal``). ``proposes`` given: a proposal as sent."""
         framed = self.validated(by.envelope("MemoryRemembered", tenant, memory))
         event = framed.event
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
         graph = await self.current(tenant)
-        if graph is None or p.replaces is not None or p.on_conflict == v.OnConflict.KEEP_BOTH:
+        explicit = p.replaces is not None or p.proposes is not None
+        if graph is None or explicit or p.on_conflict == v.OnConflict.KEEP_BOTH:
             return await self.append(framed, wait=wait, teams=by.teams)
         if graph.applied_digest(event.event_id) is not None:  # a retry: answered by what it did then
             return await self.append(self._as_applied(framed, graph), wait=wait, teams=by.teams)
@@ -99,8 +102,11 @@ class Commands:
         if not found:
             return await self.append(framed, wait=wait, teams=by.teams)
         if event.source == v.Source.EXTRACTION:
-            auto = [r for r in found if r.source == v.Source.EXTRACTION]
-            chosen = replace(p, replaces=auto[0].id) if len(auto) == 1 else p
+            people = [r for r in found if r.source != v.Source.EXTRACTION]
+            if people:  # a person's word is never overwritten by a capture: it is asked (the first, by id)
+                chosen = replace(p, proposes=people[0].id)
+            else:
+                chosen = replace(p, replaces=found[0].id) if len(found) == 1 else p
             return await self.append(replace(event, payload=chosen), wait=wait, teams=by.teams)
         if p.on_conflict == v.OnConflict.REPLACE:
             if len(found) > 1:
@@ -140,14 +146,16 @@ class Commands:
         return self.validated(by.envelope("MemoryRevised", event.tenant, revision))
 
     def _as_applied(self, framed: Framed, graph: TenantGraph) -> Framed | Event:
-        """A retried remember as it was applied: as sent, with the ``replaces`` the conflict check
-        gave it, or as the revision it became."""
+        """A retried remember as it was applied: as sent, with the ``replaces`` or ``proposes`` the
+        conflict check gave it, or as the revision it became."""
         event = framed.event
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
         candidates: list[Framed | Event] = [framed]
         for q in graph.store.quads_for_pattern(None, e("supersededBy"), memory_iri(p.memory_id), ASSERTED):
             candidates.append(replace(event, payload=replace(p, replaces=q.subject.value.rsplit(":", 1)[-1])))
+        for old in graph.objects(memory_iri(p.memory_id), e("proposes")):
+            candidates.append(replace(event, payload=replace(p, proposes=old.value.rsplit(":", 1)[-1])))
         for q in graph.store.quads_for_pattern(None, e("changedBy"), Literal(event.event_id), ASSERTED):
             if q.subject != memory_iri(p.memory_id):
                 candidates.append(self._restatement(event, q.subject.value.rsplit(":", 1)[-1]))
@@ -190,6 +198,24 @@ class Commands:
                 named = ", ".join(f"{r.id} ({r.label!r})" for r in found)
                 raise Conflicting(f"restoring {memory_id} would contradict the active {named}")
         return await self.append(framed, wait=wait, teams=by.teams)
+
+    async def decide_proposal(
+        self,
+        tenant: str,
+        memory_id: str,
+        decision: v.ProposalDecision | str,
+        by: Attribution,
+        *,
+        reason: str | None = None,
+        wait: bool = False,
+    ) -> Accepted:
+        """A person's answer to the pending proposal ``memory_id``: accepted, it supersedes the
+        memory it would replace; rejected, it stays inactive. Refused: 404 for a proposal (or the
+        memory it would replace) the actor may not see, 403 for one whose memory it may not
+        supersede (and for source ``extraction``), 409 if already decided or the memory it would
+        replace is no longer active, 422 for a memory that is not a proposal."""
+        payload = {"memory_id": memory_id, "decision": str(decision), "reason": reason}
+        return await self.submit(tenant, "ProposalDecided", payload, by, wait=wait)
 
     async def forget(
         self, tenant: str, memory_id: str, by: Attribution, *, reason: str | None = None, wait: bool = False

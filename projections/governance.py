@@ -6,7 +6,7 @@ log cannot be used to go around the API.
 
 Authorisation decides before anything reveals existence: first what the actor's role alone
 refuses (whatever memory is named), then every memory the event names (its ``memory_id``,
-``superseded_by``, ``replaces``) must be one the actor may see, else the event is refused as
+``superseded_by``, ``replaces``, ``proposes``) must be one the actor may see, else the event is refused as
 :class:`Unseen`, worded exactly as for a memory that does not exist; only then whether it may make
 the change, and only then (``validation.checked_plan``) whether the change applies.
 
@@ -19,6 +19,11 @@ the change, and only then (``validation.checked_plan``) whether the change appli
 * Revising, superseding or restoring a memory (and naming it in ``replaces``): its owner (a
   user-scoped memory's user, or whoever wrote a shared one); operators may for team and company
   memories.
+* Deciding a proposal (accepting or rejecting an extracted memory that would replace a person's):
+  whoever may supersede the memory it would replace, so a person's own answer, an agent's on that
+  person's behalf (recorded as the agent's, for the user), an operator's for team and company
+  memories; never an event whose source is ``extraction``, whoever its actor: the workflow that
+  made a proposal does not decide it.
 * Forgetting, and placing or releasing a legal hold: operators and auditors. A user's teams and
   role: operators.
 * Agent work (sessions, episodes, tool calls, decisions, associations): users, agents and
@@ -83,7 +88,7 @@ def check(event: Event, state: GraphState, teams: Set[str] | None = None) -> Non
 def references(p: ev.Payload) -> list[tuple[str, str]]:
     """Every memory an event names, as (field, id): the ones the actor must be able to see."""
     if isinstance(p, ev.MemoryRemembered):
-        return [("replaces", p.replaces)] if p.replaces else []
+        return [(name, i) for name, i in (("replaces", p.replaces), ("proposes", p.proposes)) if i]
     if isinstance(p, ev.DecisionRecorded):
         return [("relied_on", m) for m in p.relied_on]
     if isinstance(p, ev.MemoriesAssociated):
@@ -145,6 +150,8 @@ def role_refusal(event: Event) -> str | None:
     if actor.role not in v.values(Role):
         return f"actor role {actor.role!r} is not one of {', '.join(Role)}"
     d = decision(event.payload)
+    if event.source in d.not_from:
+        return f"{event.type} never comes from source {event.source}"
     if actor.role in d.roles:
         return None
     if actor.role == Role.PIPELINE:
@@ -173,6 +180,7 @@ class Decision:
     roles: frozenset[Role]
     refused: str
     change: Change
+    not_from: frozenset[v.Source] = frozenset()  # sources that may never emit it, whoever the actor
 
 
 DECISIONS: dict[type[ev.Payload], Decision] = {}
@@ -181,7 +189,7 @@ WRITERS = (Role.USER, Role.AGENT, Role.OPERATOR)  # a memory's own checks say wh
 
 
 def governs(
-    *payload_types: type[P], roles: Iterable[Role], refused: str
+    *payload_types: type[P], roles: Iterable[Role], refused: str, not_from: Iterable[v.Source] = ()
 ) -> Callable[[Callable[[Actor, GraphState, P], str | None]], Callable[[Actor, GraphState, P], str | None]]:
     """Register the decision for ``payload_types``: the roles that may emit them, and the decorated
     function, which says what else the change needs (None: nothing)."""
@@ -192,7 +200,7 @@ def governs(
         for t in payload_types:
             if t in DECISIONS:
                 raise ImportError(f"two governance decisions for {t.__name__}")
-            DECISIONS[t] = Decision(frozenset(roles), refused, fn)
+            DECISIONS[t] = Decision(frozenset(roles), refused, fn, frozenset(not_from))
         return fn
 
     return register
@@ -252,6 +260,24 @@ def _superseded(actor: Actor, state: GraphState, p: ev.MemorySuperseded) -> str 
 @governs(ev.MemoryRestored, roles=WRITERS, refused="a {role} does not restore memories")
 def _restored(actor: Actor, state: GraphState, p: ev.MemoryRestored) -> str | None:
     return _may_change(actor, state, p.memory_id, "restore")
+
+
+@governs(
+    ev.ProposalDecided,
+    roles=WRITERS,
+    refused="a {role} does not decide proposals",
+    not_from=(v.Source.EXTRACTION,),
+)
+def _proposal_decided(actor: Actor, state: GraphState, p: ev.ProposalDecided) -> str | None:
+    """Whoever may supersede the memory the proposal would replace (and see it: else the same
+    words as for a memory that does not exist, since the proposal names it)."""
+    old = _one(state, memory_iri(p.memory_id), "proposes")
+    if old is None:
+        return None  # not a proposal: the planner says so
+    old_id = old.rsplit(":", 1)[-1]
+    if not sees(actor, state, old_id):
+        return f"memory {old_id} not found"
+    return _may_change(actor, state, old_id, "decide a proposal to replace")
 
 
 @governs(

@@ -4,7 +4,8 @@ a decision was taken (``justify_decision``): who, for whom, on what, and how the
 An auditor or an agent asking "why do you believe this?" needs the provenance (source, actor,
 purpose, valid and system time), every event that touched the memory with its log position, the
 supersession chain both ways, what an extracted memory was extracted from (the conversation and
-its turns), and for each derived fact the rule derivation tree down to asserted
+its turns), a proposal's standing (what it would replace, who decided it) and the pending
+proposals against a memory, and for each derived fact the rule derivation tree down to asserted
 facts. Those exist already as separate reads (``read.memory_lineage``, ``explain.inferred_about``);
 this assembles them through one ``sees`` filter, so a justification never names a memory its
 reader may not see (the chains stop there, and a derivation through one is left out).
@@ -16,6 +17,7 @@ from typing import Any
 
 from engram.projections.agents import _ids, _one, _term_seen, decision, may_see_node
 from engram.projections.explain import InferredView, inferred_about
+from engram.projections.proposals import proposal_facts
 from engram.projections.read import get_memory, memory_evidence, memory_lineage, memory_statuses
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, agent_iri, e, memory_iri
@@ -62,6 +64,7 @@ def justify(
         "events": lineage["events"],
         "supersession": {"superseded_by": lineage["superseded_by"], "supersedes": lineage["supersedes"]},
         "evidence": memory_evidence(graph, memory_id),
+        **proposal_facts(graph, memory_id, sees),  # what it proposes and its decision; proposals against it
         "statuses": memory_statuses(graph, memory_id),
         "derived": derived,
     }

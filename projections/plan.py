@@ -227,6 +227,9 @@ def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
         old = b.existing(p.replaces)
         b.replace(old, e("supersededBy"), m)
         b.replace(old, e("validTo"), time_literal(event.occurred_at))
+    if p.proposes:  # a proposal: inactive (rules/active.dlog) until a ProposalDecided accepts it
+        b.add(m, e("proposes"), b.existing(p.proposes))
+        b.add(m, e("proposalStatus"), Literal(v.ProposalStatus.PENDING.value))
 
 
 @planner(ev.MemoryRevised)
@@ -248,6 +251,38 @@ def _superseded(b: Builder, p: ev.MemorySuperseded) -> None:
     # valid time: the old belief held until the new one began to
     b.replace(old, e("validTo"), next(iter(b.state.objects(new, e("validFrom"))), None))
     b.touch(old)
+
+
+@planner(ev.ProposalDecided)
+def _decided(b: Builder, p: ev.ProposalDecided) -> None:
+    """Accepted: the proposal is active and supersedes the memory it proposed to replace, as a
+    MemorySuperseded would; rejected: it stays inactive. Either way once, and who decided is kept."""
+    m = b.existing(p.memory_id)
+    status = next((s.value for s in b.state.objects(m, e("proposalStatus"))), None)
+    if status is None:
+        raise InvalidEvent(f"memory {p.memory_id} is not a proposal")
+    if status != v.ProposalStatus.PENDING:
+        raise Conflict(f"proposal {p.memory_id} is already {status}")
+    if b.state.objects(m, e("forgotten")):
+        raise Conflict(f"proposal {p.memory_id} is forgotten; there is nothing left to decide")
+    if p.decision == v.ProposalDecision.ACCEPTED:
+        (old,) = b.state.objects(m, e("proposes"))
+        assert isinstance(old, NamedNode)
+        if b.state.objects(old, e("supersededBy")) or b.state.objects(old, e("forgotten")):
+            old_id = old.value.rsplit(":", 1)[-1]
+            raise Conflict(f"memory {old_id}, which {p.memory_id} proposes to replace, is no longer active")
+        b.replace(old, e("supersededBy"), m)
+        b.replace(old, e("validTo"), next(iter(b.state.objects(m, e("validFrom"))), None))
+        b.touch(old)
+    actor = b.event.actor
+    b.replace(m, e("proposalStatus"), Literal(p.decision.value))
+    b.replace(m, e("decidedBy"), Literal(actor.id))
+    b.replace(m, e("decidedByRole"), Literal(actor.role))
+    b.replace(m, e("decidedFor"), Literal(actor.acting_user))
+    b.replace(m, e("decidedAt"), time_literal(b.event.occurred_at))
+    if p.reason:
+        b.replace(m, e("decisionReason"), Literal(p.reason))
+    b.touch(m)
 
 
 @planner(ev.MemoryRestored)

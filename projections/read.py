@@ -97,6 +97,9 @@ def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everythi
     )
     importance = one("importance")
     forgotten = bool(one("forgotten"))
+    proposes = one("proposes")
+    proposed = proposes.rsplit(":", 1)[-1] if proposes else None
+    proposal_status = one("proposalStatus")
     return {
         "id": memory_id,
         "memory_class": _class_name(classes[0]) if classes else "Memory",
@@ -124,7 +127,9 @@ def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everythi
         "superseded_by": newer if newer is not None and sees(newer) else None,
         "supersedes": supersedes,
         "forgotten": forgotten,
-        "active": superseded_by is None and not forgotten,
+        "active": superseded_by is None and not forgotten and proposal_status in (None, "accepted"),
+        "proposes": proposed if proposed is not None and sees(proposed) else None,
+        "proposal_status": proposal_status,
         "legal_hold": one("legalHold"),
         "lineage": sorted(_value(x) for x in facts.get("changedBy", [])),
     }

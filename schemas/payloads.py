@@ -96,6 +96,7 @@ class MemoryRemembered(MemoryEvent):
     embedding_model: str | None = None
     replaces: str | None = None
     on_conflict: v.OnConflict = v.OnConflict.ASK
+    proposes: str | None = None
     sealed: Sealed | None = None
     evidence: Evidence | None = None
 
@@ -134,6 +135,13 @@ class MemoryRemembered(MemoryEvent):
         c.one_of(p.get("on_conflict", v.OnConflict.ASK), v.OnConflict, "on_conflict")
         if p.get("evidence") is not None:
             _check_evidence(c, _mapping(c, p, "evidence"))
+        if p.get("proposes") is not None:
+            c.id(p["proposes"], "proposes")
+            c.require(p.get("proposes") != p.get("memory_id"), "a memory cannot propose to replace itself")
+            c.require(
+                p.get("replaces") is None,
+                "a proposal replaces nothing until accepted: not both proposes and replaces",
+            )
         emb = p.get("embedding")
         if emb is not None and c.require(isinstance(emb, list | tuple), "embedding must be a list"):
             c.require(
@@ -306,7 +314,20 @@ class LegalHoldReleased(MemoryEvent):
     reason: str | None = None
 
 
-# The payloads of agent work live in their own module, which builds on the classes above.
+@dataclass(frozen=True, kw_only=True)
+class ProposalDecided(MemoryEvent):
+    """A person's answer to a pending proposal (``memory_id``): accepted, it supersedes the memory
+    it proposed to replace; rejected, it stays inactive."""
+
+    decision: v.ProposalDecision
+    reason: str | None = None
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        super().check(p, c)
+        c.one_of(p.get("decision"), v.ProposalDecision, "decision")
+        if p.get("reason") is not None:
+            c.text(p["reason"], "reason", v.REASON_MAX)
 
 
 # The payloads of agent work live in their own module, which builds on the classes above; they

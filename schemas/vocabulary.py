@@ -62,6 +62,21 @@ class OnConflict(StrEnum):
     KEEP_BOTH = "keep_both"
 
 
+class ProposalDecision(StrEnum):
+    """A person's answer to a proposal (``ProposalDecided``)."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+class ProposalStatus(StrEnum):
+    """Where a proposal stands: pending until decided; only an accepted one is ever active."""
+
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
 class Relation(StrEnum):
     """The types of an association (``MemoriesAssociated``), each a predicate of the ontology
     (``RELATION_PREDICATES``) that the projection asserts from one end to the other, so rules join on it."""
@@ -125,6 +140,7 @@ LONG_MAX: Final = 2**63 - 1
 
 # Sizes, in characters (the API's request models and the domain checks read these).
 LABEL_MAX: Final = 512
+REASON_MAX: Final = 1024  # why a proposal was decided
 CONTENT_MAX: Final = 32_768
 PROPERTY_TEXT_MAX: Final = 32_768
 EMBEDDING_MAX_DIM: Final = 4096
@@ -147,6 +163,8 @@ MEMORY_PREDICATES: Final = frozenset(
         "actorRole", "validFrom", "validTo", "recordedAt", "updatedAt", "changedBy", "supersededBy",
         "forgotten", "forgottenAt", "forgottenReason", "memoryClass", "embedding", "purpose", "legalHold",
         "evidenceConversation", "evidenceTurn",
+        "proposes", "proposalStatus", "decidedBy", "decidedByRole", "decidedFor", "decidedAt",
+        "decisionReason",
     }
 )  # fmt: skip
 

@@ -109,6 +109,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "to_ref": "decision:d1",
         "relation": "supports",
     },
+    "ProposalDecided": {"memory_id": "m2", "decision": "accepted", "reason": "the new target is right"},
 }
 
 

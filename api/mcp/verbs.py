@@ -115,6 +115,22 @@ VERBS: tuple[Verb, ...] = (
         "/memories/{memory_id}/justify",
     ),
     Verb(
+        "list_proposals",
+        "The pending proposals the caller may see: memories extracted from conversations that would "
+        "replace or contradict one a person entered, so they wait, inactive, for a person's answer. "
+        "Each with the memory it would replace and why. Ask the user; do not decide for them.",
+        "GET",
+        "/proposals",
+    ),
+    Verb(
+        "decide_proposal",
+        "Relay the user's answer to a pending proposal (memory_id): accept (it becomes active and "
+        "supersedes the memory it would replace) or reject (it stays inactive), with the user's "
+        "reason. Only on the user's explicit word: the decision is recorded as yours, for them.",
+        "POST",
+        "/proposals/{memory_id}/{decision}",
+    ),
+    Verb(
         "associate",
         "Link two things with a typed, directed relation (relates_to, supports, contradicts, "
         "refines, depends_on, caused_by, part_of). from and to are each a memory id, "

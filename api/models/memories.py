@@ -121,6 +121,12 @@ class MemoryCreate(Attribution):
         description="The conversation and turns it was extracted from: with source extraction only "
         "(justify says 'extracted from conversation C, turns ...', a claim no other source makes)",
     )
+    proposes: Id | None = Field(
+        None,
+        description="A proposal: the memory this would replace once a person accepts it "
+        "(GET …/proposals); inactive until then. An extracted memory that would replace a person's "
+        "becomes one without asking.",
+    )
 
     @model_validator(mode="after")
     def _embedding_has_a_model(self) -> MemoryCreate:
@@ -234,6 +240,10 @@ class MemoryPublic(BaseModel):
     supersedes: list[str]
     forgotten: bool
     active: bool
+    proposes: str | None = Field(None, description="A proposal's: the memory it would replace")
+    proposal_status: str | None = Field(
+        None, description="A proposal's: pending, accepted or rejected (only an accepted one is active)"
+    )
     legal_hold: str | None = Field(None, description="The reason of the legal hold that stands, if any")
     lineage: list[str]
     classes: list[str] = Field(default_factory=list, description="Asserted and inferred classes")

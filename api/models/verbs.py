@@ -88,6 +88,18 @@ class Evidence(BaseModel):
     text: str = Field(description='"extracted from conversation C, turns t1, t2"')
 
 
+class ProposalStanding(BaseModel):
+    """A proposal's: the memory it would replace and how it was decided."""
+
+    proposes: str | None = Field(description="The memory it would replace (null: one the reader may not see)")
+    status: str = Field(description="pending, accepted or rejected")
+    decided_by: str | None = Field(description="Who accepted or rejected it (an agent's id if one did)")
+    decided_by_role: str | None
+    decided_for: str | None = Field(description="The user the decision was made for")
+    decided_at: str | None
+    reason: str | None
+
+
 class Justification(BaseModel):
     memory_id: str
     label: str | None
@@ -107,6 +119,10 @@ class Justification(BaseModel):
     supersession: Supersession
     evidence: Evidence | None = Field(
         None, description="An extracted memory's conversation and turns; null for any other"
+    )
+    proposal: ProposalStanding | None = Field(None, description="Set when this memory is a proposal")
+    pending_proposals: list[str] = Field(
+        default_factory=list, description="Pending proposals to replace this memory, by id"
     )
     statuses: dict[str, StatusValue]
     derived: list[dict[str, Any]] = Field(

@@ -44,7 +44,7 @@ TOOLS = {
     "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
     "recognize", "justify", "associate", "resolve", "summarise", "check_plan", "record_decision",
     "decisions_relying_on", "justify_decision", "start_session", "end_session", "record_episode",
-    "record_tool_call", "episodes_in",
+    "record_tool_call", "episodes_in", "list_proposals", "decide_proposal",
 }  # fmt: skip
 META_8K = {"platform": "meta", "amount": 8000, "currency": "USD", "period": "2026-11"}
 BREACH = "breaches meta-cap: spend 34,000 + 8,000 = 42,000 of cap 40,000 USD = 105%"
@@ -234,6 +234,46 @@ def test_a_refused_write_is_a_tool_error_with_the_api_reason(server: Server, tra
     bad = run(server, transport, bearer, lambda s: s.call_tool("recall", {"q": "x", "limit": 0}))
     direct = server.http.post(f"{server.url}/v1/tenants/{ACME}/recall", json={"q": "x", "limit": 0})
     assert bad.isError and text(bad) == api_reason(direct)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_list_and_decide_proposals(server: Server, transport: str) -> None:
+    """An extracted target against Sam's: listed by list_proposals, accepted by decide_proposal on
+    Sam's word (an agent for Sam), refused as the API refuses a second answer."""
+    t = f"{ACME}-p-{uuid.uuid4().hex[:6]}"
+    target = {"label": "ROAS target", "kind": "objective", "importance": 5, "scope": "user",
+              "stakeholders": {"user_id": "sam"}, "memory_class": "PerformanceTargetMemory"}  # fmt: skip
+    sam = server.bearer(t, role="user", user="sam")
+    extractor = server.bearer(t, role="agent", user="extractor", on_behalf_of="sam")
+    roas = [{"metric": "roas", "goal": goal} for goal in (3.0, 4.0)]
+    for who, body in (
+        (sam, {"memory_id": "roas-3", "content": "ROAS 3", "properties": roas[0], "source": "agent"}),
+        (extractor, {"memory_id": "roas-4", "content": "ROAS 4", "properties": roas[1],
+                     "source": "extraction", "confidence": 0.7}),
+    ):  # fmt: skip
+        r = server.http.post(f"{server.url}/v1/tenants/{t}/memories", json={**target, **body},
+                             params={"wait": "true"}, headers=who)  # fmt: skip
+        assert r.status_code == 202, r.text
+    agent = server.bearer(t, role="agent", user="helper", on_behalf_of="sam")["Authorization"][7:]
+
+    async def body(s: ClientSession) -> Any:
+        listed = await s.call_tool("list_proposals", {})
+        yes = {"memory_id": "roas-4", "decision": "accept", "reason": "Sam said so", "wait": True}
+        decided = await s.call_tool("decide_proposal", yes)
+        again = await s.call_tool("decide_proposal", {"memory_id": "roas-4", "decision": "reject"})
+        return listed, decided, again
+
+    listed, decided, again = run(server, transport, agent, body)
+    assert not listed.isError, text(listed)
+    [item] = listed.structuredContent["data"]
+    assert (item["id"], item["replaces"]["id"]) == ("roas-4", "roas-3")
+    assert not decided.isError and decided.structuredContent["applied"], text(decided)
+    got = server.http.get(f"{server.url}/v1/tenants/{t}/memories/roas-3", headers=sam).json()
+    assert got["superseded_by"] == "roas-4"
+    no = f"{server.url}/v1/tenants/{t}/proposals/roas-4/reject"
+    direct = server.http.post(no, json={"source": "agent"}, headers=sam)
+    assert direct.status_code == 409
+    assert again.isError and text(again) == api_reason(direct)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -424,6 +424,9 @@ def test_every_verb_names_a_route_the_server_serves(live: Live) -> None:
         calls.record_episode("s1", "x"),
         calls.record_tool_call("s1", "t", "ok", arguments={}),
         calls.episodes_in("s1"),
+        calls.proposals(),
+        calls.accept_proposal("p1"),
+        calls.reject_proposal("p1", "not now"),
     ]
     for call in built:
         template = "/v1/tenants/{tenant}" + call.path.removeprefix("/v1/tenants/acme")

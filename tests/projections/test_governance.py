@@ -305,6 +305,7 @@ EMITTED_BY = {
     "ToolCalled": {"user", "agent", "operator"},
     "DecisionRecorded": {"user", "agent", "operator"},
     "MemoriesAssociated": {"user", "agent", "operator"},
+    "ProposalDecided": {"user", "agent", "operator"},
 }
 
 

@@ -63,7 +63,13 @@ def test_each_event_type_of_the_union_has_a_class_a_planner_a_decision_and_an_ex
 
 @pytest.mark.parametrize(
     ("enum", "avro_name"),
-    [(v.Kind, "Kind"), (v.Scope, "Scope"), (v.Source, "Source"), (v.OnConflict, "OnConflict")],
+    [
+        (v.Kind, "Kind"),
+        (v.Scope, "Scope"),
+        (v.Source, "Source"),
+        (v.OnConflict, "OnConflict"),
+        (v.ProposalDecision, "ProposalDecision"),
+    ],
 )
 def test_enums_are_the_avro_symbols(enum: type[StrEnum], avro_name: str) -> None:
     assert [m.value for m in enum] == avro(avro_name)["symbols"]
@@ -141,6 +147,8 @@ def test_the_predicates_engram_reserves_are_the_ones_the_projection_writes() -> 
         ("MemorySuperseded", EXAMPLES["MemorySuperseded"]),
         ("LegalHoldPlaced", {"memory_id": "m2", "reason": "case 17"}),
         ("LegalHoldReleased", {"memory_id": "m2"}),
+        ("MemoryRemembered", remembered("m5", proposes="m2")),
+        ("ProposalDecided", {"memory_id": "m5", "decision": "accepted", "reason": "the new one is right"}),
         ("MemoryForgotten", EXAMPLES["MemoryForgotten"]),
     ]
     properties = set(EXAMPLES["MemoryRemembered"]["properties"]) | set(

@@ -1,5 +1,5 @@
 """The calls of memories and live data: remember, revise, supersede, restore, forget, reads,
-recall and context, KPI and spend observations."""
+proposals (list, accept, reject), recall and context, KPI and spend observations."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from engram_client.models import (
     Context,
     Memory,
     MemoryPage,
+    ProposalPage,
     Recall,
 )
 
@@ -47,6 +48,7 @@ class MemoryCalls(CallsBase):
         memory_id: str | None = None,
         replaces: str | None = None,
         on_conflict: OnConflict | None = None,
+        proposes: str | None = None,
         source: Source | None = None,
         purpose: str | None = None,
         correlation_id: str | None = None,
@@ -58,7 +60,8 @@ class MemoryCalls(CallsBase):
 
         ``importance`` 1 to 5 (Disabled, Low, Medium, High, Critical); ``memory_class`` a class of the
         ontology (``PerformanceTargetMemory``) with its ``properties``; ``on_conflict`` what to do
-        if an active memory says otherwise (``ask``: 409 naming it; ``replace``; ``keep_both``)."""
+        if an active memory says otherwise (``ask``: 409 naming it; ``replace``; ``keep_both``);
+        ``proposes`` a memory this would replace once a person accepts it (``proposals``)."""
         stakeholders = _drop_none({"user_id": user_id, "team_ids": list(team_ids) if team_ids else None})
         body = _drop_none(
             {
@@ -75,6 +78,7 @@ class MemoryCalls(CallsBase):
                 "memory_id": memory_id,
                 "replaces": replaces,
                 "on_conflict": on_conflict,
+                "proposes": proposes,
             }
         )
         return self._write(
@@ -155,6 +159,55 @@ class MemoryCalls(CallsBase):
         """Forget a memory (operators and auditors): its content is erased, its lineage kept."""
         return self._write(
             f"/memories/{_id(memory_id)}/forget",
+            _drop_none({"reason": reason}),
+            key=idempotency_key,
+            wait=wait,
+            source=source,
+        )
+
+    # -- proposals ------------------------------------------------------------------------------
+    def proposals(self, *, limit: int | None = None, offset: int | None = None) -> Call[ProposalPage]:
+        """The pending proposals the principal may see: extracted memories that would replace a
+        person's, each with the memory it would replace."""
+        params = _params({"limit": limit, "offset": offset})
+        return Call("GET", f"{self.root}/proposals", ProposalPage.model_validate, params=params)
+
+    def accept_proposal(
+        self,
+        memory_id: str,
+        reason: str | None = None,
+        *,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """Accept a pending proposal: it becomes active and supersedes the memory it would replace
+        (409 if already decided or that memory is no longer active)."""
+        return self._decide(memory_id, "accept", reason, source, wait, idempotency_key)
+
+    def reject_proposal(
+        self,
+        memory_id: str,
+        reason: str | None = None,
+        *,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[Accepted]:
+        """Reject a pending proposal: it stays inactive, marked rejected (409 if already decided)."""
+        return self._decide(memory_id, "reject", reason, source, wait, idempotency_key)
+
+    def _decide(
+        self,
+        memory_id: str,
+        answer: str,
+        reason: str | None,
+        source: Source | None,
+        wait: bool,
+        idempotency_key: str | None,
+    ) -> Call[Accepted]:
+        return self._write(
+            f"/proposals/{_id(memory_id)}/{answer}",
             _drop_none({"reason": reason}),
             key=idempotency_key,
             wait=wait,

@@ -86,6 +86,8 @@ class Memory(Answer):
     supersedes: list[str] = Field(default_factory=list)
     forgotten: bool = False
     active: bool = True
+    proposes: str | None = None
+    proposal_status: str | None = None
     legal_hold: str | None = None
     lineage: list[str] = Field(default_factory=list)
     classes: list[str] = Field(default_factory=list)
@@ -96,6 +98,22 @@ class Memory(Answer):
 
 class MemoryPage(Answer):
     data: list[Memory]
+    count: int
+
+
+class Proposal(Answer):
+    """A pending proposal: an extracted memory (``proposal``, inactive) that would replace a
+    person's (``replaces``) once a person accepts it."""
+
+    id: str
+    proposal: Memory
+    replaces: Memory
+    reason: str | None = None
+    proposed_at: str | None = None
+
+
+class ProposalPage(Answer):
+    data: list[Proposal]
     count: int
 
 

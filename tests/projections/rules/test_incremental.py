@@ -93,12 +93,20 @@ def remember(draw: st.DrawFn) -> tuple[str, dict]:
     }
     if draw(st.booleans()):
         payload["expires_at"] = draw(st.sampled_from(TIMES))
+    if draw(st.integers(0, 3)) == 0:  # a proposal, pending until a ProposalDecided (OPS) settles it
+        payload["proposes"] = draw(st.sampled_from([i for i in IDS if i != payload["memory_id"]]))
     return "MemoryRemembered", payload
 
 
 def lifecycle(ids: list[str]) -> list[st.SearchStrategy[tuple[str, dict]]]:
-    """A memory of ``ids`` superseded by another, restored, forgotten."""
+    """A memory of ``ids`` superseded by another, restored, forgotten; a proposal accepted or
+    rejected (refused unless it is one, pending, and for accept its memory still active)."""
     return [
+        st.builds(
+            lambda m, d: ("ProposalDecided", {"memory_id": m, "decision": d}),
+            st.sampled_from(ids),
+            st.sampled_from(["accepted", "rejected"]),
+        ),
         st.builds(
             lambda a, b: ("MemorySuperseded", {"memory_id": a, "superseded_by": b}),
             st.sampled_from(ids),
