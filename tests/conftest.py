@@ -8,12 +8,15 @@ answers, once per session, only for a test that asks for it; such tests are mark
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from engram.streams import kafka_local, s3_local
 from engram.streams.objects import Objects, S3Objects, open_objects
 from engram.streams.topics import ensure_topics
@@ -71,6 +74,25 @@ def settings(broker: Settings, tmp_path: Path) -> Iterator[Settings]:
     yield s
     if s.s3_endpoint:
         _remove_bucket(open_objects(s))  # opened (so created) here if the test never did
+    asyncio.run(_drop_topics(s))
+
+
+async def _drop_topics(s: Settings) -> None:
+    """Delete a test's topics (its own and its consumer groups' Faust topics, all under its prefix):
+    a long-lived dev broker that kept every test's partitions took minutes to restart, then failed."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+    await admin.start()
+    try:
+        names = [
+            t
+            for t in await admin.list_topics()
+            if t.startswith(f"{s.topic_prefix}.") or t.startswith(f"{s.topic_prefix}-")
+        ]
+        if names:
+            with contextlib.suppress(KafkaError):
+                await admin.delete_topics(names)
+    finally:
+        await admin.close()
 
 
 @pytest.fixture
