@@ -79,7 +79,6 @@ async def onboard(
     """Remember each slot given (``memories``: slot → label, content and optional importance,
     memory_id, memory_class, properties), objective first. Every slot is checked before any is
     appended, so an invalid request writes nothing."""
-    by = replace(by, source=v.Source.ONBOARDING.value)
     objective = memories.get("objective")
     metric = (objective or {}).get("properties", {}).get("metric")
     if metric is not None and metric not in (known := metrics(commands, tenant)):
@@ -87,15 +86,24 @@ async def onboard(
             f"unknown metric {metric!r}: one of {', '.join(sorted(known))}",
             ("body", "objective", "target", "metric"),
         )
-    planned: list[tuple[str, dict[str, Any], Attribution]] = []
-    for slot in SLOTS:
-        if slot not in memories:
-            continue
-        payload = memory_payload(tenant, slot, memories[slot], by.occurred_at)
-        slot_by = replace(by, event_id=event_id(tenant, slot, memories[slot], by.occurred_at))
+    planned = writes(tenant, memories, by)
+    for slot, payload, slot_by in planned:
         try:
             commands.validated(slot_by.envelope("MemoryRemembered", tenant, payload))
         except Invalid as exc:
             raise Invalid(f"{slot}: {exc.reason}", ("body", slot)) from exc
-        planned.append((slot, payload, slot_by))
     return {slot: await commands.remember(tenant, payload, b, wait=wait) for slot, payload, b in planned}
+
+
+def writes(
+    tenant: str, memories: Mapping[str, Mapping[str, Any]], by: Attribution
+) -> list[tuple[str, dict[str, Any], Attribution]]:
+    """Each slot given, objective first, as the remember it becomes: (slot, MemoryRemembered's
+    fields, who writes it with its derived event id and source ``onboarding``)."""
+    by = replace(by, source=v.Source.ONBOARDING.value)
+    out = []
+    for slot in (s for s in SLOTS if s in memories):
+        payload = memory_payload(tenant, slot, memories[slot], by.occurred_at)
+        derived = event_id(tenant, slot, memories[slot], by.occurred_at)
+        out.append((slot, payload, replace(by, event_id=derived)))
+    return out
