@@ -25,6 +25,7 @@ from engram.api.routes import (
     legal_holds,
     live_data,
     memories,
+    onboarding,
     plans,
     proposals,
     recall,
@@ -67,6 +68,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
     routers = (health, memories, legal_holds, live_data, graph, sparql, recall, events, snapshots, verbs)
     routers += (sessions, decisions, associations, plans)  # agent work (issue 24)
     routers += (proposals,)  # capture (issue 25)
+    routers += (onboarding,)  # a new tenant's spine (issue 25)
     for router in (module.router for module in routers):
         app.include_router(router)
     mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above

@@ -53,6 +53,24 @@ def list_memory_ids(
     return [row["id"].value for row in rows]  # type: ignore[union-attr]
 
 
+def onboarded(graph: TenantGraph) -> dict[str, list[str]]:
+    """The active company memories onboarding wrote, by kind, newest first: a tenant's spine."""
+    # oxigraph substitutes only projected variables, so the fixed values are projected too
+    query = (
+        "SELECT ?id ?kind ?source ?scope WHERE { ?m e:memoryId ?id ; e:recordedAt ?at ; e:kind ?kind ; "
+        "e:source ?source ; e:scope ?scope ; a e:ActiveMemory } ORDER BY DESC(?at) ?id"
+    )
+    subs = {
+        Variable("source"): Literal(v.Source.ONBOARDING.value),
+        Variable("scope"): Literal(v.Scope.COMPANY.value),
+    }
+    rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs, default_graph=[ASSERTED, INFERRED])
+    out: dict[str, list[str]] = {}
+    for row in rows:
+        out.setdefault(row["kind"].value, []).append(row["id"].value)  # type: ignore[union-attr]
+    return out
+
+
 def _value(term: Any) -> Any:
     """A literal's Python value: numbers and booleans typed, times and strings as text."""
     if not isinstance(term, Literal):

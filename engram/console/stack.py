@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from engram.settings import Settings
+
+if TYPE_CHECKING:
+    from engram.commands.answers import Attribution
 
 log = logging.getLogger("engram.cli")
 
@@ -75,12 +80,13 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
 
     async def main() -> None:
         # Header and body read timeouts, header size limit and connection cap: see api/server.py.
-        server = uvicorn.Server(uvicorn_config(create_app(settings, running), settings))
+        app = create_app(settings, running)
+        server = uvicorn.Server(uvicorn_config(app, settings))
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
             await asyncio.sleep(0.1)
         if args.demo and server.started:
-            await seed_demo(settings)
+            await seed_demo(settings, app)
         await serving
 
     asyncio.run(main())
@@ -96,23 +102,52 @@ def worker(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def seed_demo(settings: Settings) -> None:
-    from engram.api.auth import mint
-    from engram.projections.knowledge import load_knowledge
-    from engram.streams.embedder import load_embedder
-    from engram.streams.keystore import KeyStore
-    from engram.streams.pipeline import Pipeline
-    from engram.streams.producer import EventProducer, produce_lines
+DEMO_TENANT = "acme"
+DEMO_OPERATOR = ("dana", "operator")
 
-    if (settings.tenants_dir / "acme").exists():
+
+def demo_spine() -> tuple[dict[str, dict[str, Any]], Attribution]:
+    """The demo tenant's onboarding request (engram/demo/acme-onboarding.json), checked by the
+    route's own model, as the slots and the attribution the onboarding command takes."""
+    from engram.api.models.onboarding import OnboardingRequest
+    from engram.commands.answers import Attribution
+    from engram.schemas.events import Actor
+
+    text = (resources.files("engram") / "demo" / "acme-onboarding.json").read_text()
+    request = OnboardingRequest.model_validate_json(text)
+    by = Attribution(source="onboarding", actor=Actor(*DEMO_OPERATOR), occurred_at=request.occurred_at)
+    return request.memories(), by
+
+
+def demo_envelopes(tenant: str = DEMO_TENANT) -> list[dict[str, Any]]:
+    """The demo tenant's events as JSON envelopes (for ``engram produce`` and tests): the writes
+    its onboarding makes, then engram/demo/acme.jsonl."""
+    from engram.commands.onboarding import writes
+
+    memories, by = demo_spine()
+    spine = [b.envelope("MemoryRemembered", tenant, p) for _, p, b in writes(tenant, memories, by)]
+    text = (resources.files("engram") / "demo" / "acme.jsonl").read_text()
+    rest = [json.loads(line) for line in text.splitlines()]
+    as_json = json.loads(json.dumps(spine, default=lambda t: t.isoformat()))
+    return [*as_json, *({**line, "tenant": tenant} for line in rest)]
+
+
+async def seed_demo(settings: Settings, app: Any) -> None:
+    """Seed the demo tenant on the running server: its spine through the onboarding command (the
+    route's path), then the rest of its history (engram/demo/acme.jsonl)."""
+    from engram.api.auth import mint
+    from engram.commands.onboarding import onboard
+    from engram.streams.producer import produce_lines
+
+    if (settings.tenants_dir / DEMO_TENANT).exists():
         log.info("demo tenant acme already present; not seeding again")
     else:
+        runtime = app.state.runtime
+        memories, by = demo_spine()
+        await onboard(runtime.commands, DEMO_TENANT, memories, by)
         lines = (resources.files("engram") / "demo" / "acme.jsonl").read_text().splitlines()
-        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
-        async with EventProducer(settings) as producer:
-            pipeline = Pipeline(knowledge, KeyStore(settings.key_store_dir), load_embedder(settings.embedder))
-            report = await produce_lines(producer, lines, pipeline)
-        log.info("seeded demo tenant acme with %d events", report.produced)
+        report = await produce_lines(runtime.producer, lines, runtime.commands.pipeline)
+        log.info("seeded demo tenant acme: onboarded %s and %d events", ", ".join(memories), report.produced)
     base = f"http://{settings.api_host}:{settings.api_port}"
     token = mint(settings, "acme", role="operator", user="dana", ttl_s=86400)
     print(

@@ -16,7 +16,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, TextContent
 
-import engram
+from engram.console.stack import demo_envelopes
 from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import Settings
 
@@ -39,7 +38,6 @@ pytestmark = pytest.mark.integration
 
 TRANSPORTS = ["stdio", "http"]
 ACME, GLOBEX = "acme-mcp", "globex-mcp"
-DEMO = Path(engram.__file__).parent / "demo" / "acme.jsonl"
 TOOLS = {
     "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
     "recognize", "justify", "associate", "resolve", "summarise", "check_plan", "record_decision",
@@ -60,8 +58,8 @@ def server(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     srv = Server(settings, root / "server.log").start()
     srv.wait_ready()
     demo = root / "acme.jsonl"
-    lines = [json.loads(line) for line in DEMO.read_text().splitlines()]
-    demo.write_text("".join(json.dumps({**line, "tenant": ACME}) + "\n" for line in lines))
+    lines = demo_envelopes(ACME)  # its onboarding's writes, then engram/demo/acme.jsonl
+    demo.write_text("".join(json.dumps(envelope) + "\n" for envelope in lines))
     produced = subprocess.run(
         [sys.executable, "-m", "engram.cli", "produce", str(demo)],
         env={**os.environ, **settings_env(settings)},

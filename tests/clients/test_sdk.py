@@ -27,6 +27,8 @@ from engram_client import (
     Memory,
     NarrativeItem,
     NotFound,
+    Onboarded,
+    OnboardingStatus,
     PlanCheck,
     RateLimited,
     Recall,
@@ -404,6 +406,46 @@ def test_the_agent_verbs_async(live: Live) -> None:
     asyncio.run(turn())
 
 
+def test_onboard_then_read_what_is_missing_sync_and_async(live: Live) -> None:
+    """An operator onboards a tenant in two calls; a resend is the same events; the context read
+    after it waits for its writes (their positions are the client's)."""
+    t = tenant()
+    with Engram(live.url, live.token(t), retry=FAST) as mem:
+        assert mem.onboarding().missing == ["objective", "fact", "preference"]
+        fact = {"label": "Markets", "content": "Acme sells outdoor gear in the US and Canada."}
+        first = mem.onboard(fact=fact)
+        assert isinstance(first, Onboarded) and first.objective is None and first.fact is not None
+        assert mem.position == first.fact.position
+        again = mem.onboard(fact=fact)
+        assert again.fact is not None and again.fact.event_id == first.fact.event_id
+        status = mem.onboarding()
+        assert isinstance(status, OnboardingStatus)
+        assert (status.present.fact, status.missing) == ([first.fact.memory_id], ["objective", "preference"])
+        labels = [item.label for item in mem.context("anything").items]
+        assert labels.count("Markets") == 1
+
+    async def rest() -> None:
+        async with AsyncEngram(live.url, live.token(t), retry=FAST) as amem:
+            cap = {"platform": "meta", "amount": 40000, "currency": "USD", "period": "month"}
+            objective = {
+                "label": "Meta monthly cap",
+                "content": "At most $40k a month on Meta.",
+                "budget": cap,
+            }
+            done = await amem.onboard(objective=objective, preference={"label": "Tone", "content": "Plain."})
+            assert done.objective is not None and done.preference is not None
+            status = await amem.onboarding()
+            assert status.complete and status.present.objective == [done.objective.memory_id]
+
+    asyncio.run(rest())
+    with (
+        Engram(live.url, live.token(t, role="user", user="sam"), retry=FAST) as sam,
+        pytest.raises(Forbidden) as e,
+    ):
+        sam.onboard(fact={"label": "x", "content": "y"})
+    assert e.value.reason == "only an operator onboards a tenant"
+
+
 def test_every_verb_names_a_route_the_server_serves(live: Live) -> None:
     """Each call the client builds is at a path and method of the server's OpenAPI document."""
     paths = httpx.get(f"{live.url}/openapi.json").json()["paths"]
@@ -427,6 +469,8 @@ def test_every_verb_names_a_route_the_server_serves(live: Live) -> None:
         calls.proposals(),
         calls.accept_proposal("p1"),
         calls.reject_proposal("p1", "not now"),
+        calls.onboard(fact={"label": "x", "content": "y"}),
+        calls.onboarding(),
     ]
     for call in built:
         template = "/v1/tenants/{tenant}" + call.path.removeprefix("/v1/tenants/acme")

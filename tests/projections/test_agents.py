@@ -21,11 +21,10 @@ from engram.schemas.checks import InvalidEvent
 from engram.schemas.events import Position, event_from_json
 from pyoxigraph import Literal
 
-import engram
+from engram.console.stack import demo_envelopes
 from tests.factories import event
 from tests.tenant import Tenant, from_scratch
 
-DEMO = Path(engram.__file__).parent / "demo" / "acme.jsonl"
 SAM_AGENT = {"id": "ads-agent", "role": "agent", "on_behalf_of": "sam"}
 ANN = {"id": "ann", "role": "user"}
 DIGEST = "sha256:" + "0f" * 32
@@ -35,8 +34,8 @@ DIGEST = "sha256:" + "0f" * 32
 def demo(tmp_path: Path) -> Tenant:
     """The demo tenant: Meta cap 40,000 USD a month, Meta spend 34,000 for 2026-11, ROAS target 3.5."""
     t = Tenant(tmp_path / "acme")
-    for line in DEMO.read_text().splitlines():
-        assert t.apply(event_from_json(json.loads(line))) is Status.APPLIED, t.reason
+    for envelope in demo_envelopes():  # its onboarding's writes, then engram/demo/acme.jsonl
+        assert t.apply(event_from_json(envelope)) is Status.APPLIED, t.reason
     return t
 
 
@@ -278,7 +277,7 @@ def test_hostile_decisions_are_refused_with_a_reason(payload: dict[str, Any], re
 def test_replayed_in_random_batches_equals_live(tmp_path: Path) -> None:
     """The demo and a session's worth of agent work (some refused), applied one by one (live) and in
     batches of random sizes (a replay): the same outcomes and the same N-Quads."""
-    lines = [event_from_json(json.loads(line)) for line in DEMO.read_text().splitlines()]
+    lines = [event_from_json(envelope) for envelope in demo_envelopes()]
     agent = [
         ("SessionStarted", {"session_id": "s1"}),
         ("EpisodeRecorded", {"episode_id": "e1", "session_id": "s1", "summary": "x"}),

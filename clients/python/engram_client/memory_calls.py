@@ -16,6 +16,7 @@ from engram_client.call import (
     Source,
     _drop_none,
     _id,
+    _key,
     _params,
 )
 from engram_client.models import (
@@ -24,6 +25,8 @@ from engram_client.models import (
     Context,
     Memory,
     MemoryPage,
+    Onboarded,
+    OnboardingStatus,
     ProposalPage,
     Recall,
 )
@@ -299,6 +302,38 @@ class MemoryCalls(CallsBase):
         """The ontology's typed memory tool: a function-calling definition (name, parameters)."""
         return self._verb("GET", "/memory-tool")
 
+    # -- onboarding (operators) -----------------------------------------------------------------
+    def onboard(
+        self,
+        *,
+        objective: Mapping[str, Any] | None = None,
+        fact: Mapping[str, Any] | None = None,
+        preference: Mapping[str, Any] | None = None,
+        occurred_at: str | None = None,
+        wait: bool = False,
+    ) -> Call[Onboarded]:
+        """A new tenant's spine (``POST …/onboarding``, an operator's): any of its first
+        ``objective`` (``label``, ``content`` and a ``target={"metric", "goal"}`` or a
+        ``budget={"platform", "amount", "currency", "period"}``), one durable ``fact`` and one
+        ``preference`` (``label``, ``content``; ``importance`` optional). The server derives the
+        event ids from the body, so sending it again writes nothing new."""
+        slots = {"objective": objective, "fact": fact, "preference": preference}
+        given = {slot: dict(memory) for slot, memory in slots.items() if memory is not None}
+        body = _drop_none({**given, "occurred_at": occurred_at})
+        return Call(
+            "POST",
+            f"{self.root}/onboarding",
+            Onboarded.model_validate,
+            params=_params({"wait": True if wait else None}),
+            body=body,
+            idempotency_key=_key(None),
+            positions=_slots_written,
+        )
+
+    def onboarding(self) -> Call[OnboardingStatus]:
+        """What the tenant's onboarding holds (memory ids by slot) and what is still ``missing``."""
+        return self._read("/onboarding", OnboardingStatus.model_validate)
+
     # -- live data ------------------------------------------------------------------------------
     def observe_kpi(
         self,
@@ -328,3 +363,11 @@ class MemoryCalls(CallsBase):
         """Spend to date on one platform in a period."""
         body = {"platform": platform, "amount": amount, "currency": currency, "period": period}
         return self._write("/spend", body, key=idempotency_key, wait=wait, source=source)
+
+
+def _slots_written(answer: Any) -> list[Any]:
+    """The writes an onboarding appended (each slot's 202)."""
+    if not isinstance(answer, dict):
+        return []
+    slots = ("objective", "fact", "preference")
+    return [answer[slot] for slot in slots if isinstance(answer.get(slot), dict)]

@@ -197,6 +197,28 @@ class Context(Answer):
         return [item for block in self.blocks for item in block.items]
 
 
+class Onboarded(Answer):
+    """Where the log recorded each onboarding slot's memory (None: not in that request)."""
+
+    objective: Accepted | None = None
+    fact: Accepted | None = None
+    preference: Accepted | None = None
+
+
+class OnboardingPresent(Answer):
+    objective: list[str] = Field(default_factory=list)
+    fact: list[str] = Field(default_factory=list)
+    preference: list[str] = Field(default_factory=list)
+
+
+class OnboardingStatus(Answer):
+    """A tenant's onboarding: the active onboarding memories by slot and the slots still missing."""
+
+    present: OnboardingPresent = Field(default_factory=OnboardingPresent)
+    missing: list[str] = Field(default_factory=list)
+    complete: bool = False
+
+
 # The agent verbs' answers live in their own module, built on the classes above; re-exported here.
 from engram_client.verb_models import (  # noqa: E402, F401
     AgentAccepted,
