@@ -283,9 +283,6 @@ class LegalHoldReleased(MemoryEvent):
     reason: str | None = None
 
 
-# The payloads of agent work live in their own module, which builds on the classes above.
-
-
 # The payloads of agent work live in their own module, which builds on the classes above; they
 # are re-exported here, so every event type's class is found in this one namespace.
 from engram.schemas.agent_payloads import (  # noqa: E402, F401
@@ -301,6 +298,13 @@ from engram.schemas.agent_payloads import (  # noqa: E402, F401
     mint_id,
     observation_ref,
     parse_ref,
+)
+from engram.schemas.conversation_payloads import (  # noqa: E402, F401
+    ConversationErased,
+    ConversationEvent,
+    ConversationTurn,
+    TurnsExtracted,
+    on_conversations_topic,
 )
 
 

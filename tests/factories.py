@@ -108,6 +108,21 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "to_ref": "decision:d1",
         "relation": "supports",
     },
+    "ConversationTurn": {
+        "conversation_id": "c1",
+        "turn_id": "t1",
+        "speaker": "Sam",
+        "role": "user",
+        "text": "keep ROAS above 3",
+    },
+    "TurnsExtracted": {
+        "conversation_id": "c1",
+        "through_seq": 1,
+        "through_turn_id": "t1",
+        "memory_ids": ["m1"],
+        "extractor": "patterns",
+    },
+    "ConversationErased": {"conversation_id": "c1", "reason": "asked to"},
 }
 
 

@@ -63,7 +63,13 @@ def test_each_event_type_of_the_union_has_a_class_a_planner_a_decision_and_an_ex
 
 @pytest.mark.parametrize(
     ("enum", "avro_name"),
-    [(v.Kind, "Kind"), (v.Scope, "Scope"), (v.Source, "Source"), (v.OnConflict, "OnConflict")],
+    [
+        (v.Kind, "Kind"),
+        (v.Scope, "Scope"),
+        (v.Source, "Source"),
+        (v.OnConflict, "OnConflict"),
+        (v.TurnRole, "TurnRole"),
+    ],
 )
 def test_enums_are_the_avro_symbols(enum: type[StrEnum], avro_name: str) -> None:
     assert [m.value for m in enum] == avro(avro_name)["symbols"]
