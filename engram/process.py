@@ -4,6 +4,9 @@ Two processes run the projector: ``engram serve`` (the API with the projector in
 and ``engram worker`` (the projector alone, for scale-out: more workers in one consumer group).
 Both compose it here, so a worker is the server's projector without FastAPI, and the API layer
 receives its runtime instead of building it.
+
+``engram serve`` also runs the conversations agent (``streams.conversations``: turns into the
+conversation store, for reads and capture); a worker does not (it projects the events topic only).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from dataclasses import dataclass
 import faust
 
 from engram.api.runtime import Runtime
+from engram.commands.conversations import ConversationCommands
 from engram.commands.writes import Commands
+from engram.projections.conversations import Applied, ConversationStore
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.progress import Progress
 from engram.projections.sparql_sandbox import Sandbox
@@ -26,6 +31,7 @@ from engram.projections.stores import TenantStores
 from engram.settings import Settings
 from engram.streams.archiver import archive_until
 from engram.streams.asof import AsOfProjections
+from engram.streams.conversations import create_conversations_app
 from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder
 from engram.streams.embedding_worker import EmbeddingWorker
 from engram.streams.indexer import Indexer
@@ -114,6 +120,19 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
         else None,
     )
+    conversation_store = ConversationStore(settings.data_dir / "conversations", stores.keys)
+    stored_turns = Progress()
+    runtime.conversations = ConversationCommands(
+        conversation_store, stores.keys, producer, stored_turns, settings.wait_timeout_s
+    )
+
+    async def on_applied(tenant: str, conversation_id: str, applied: Applied) -> None:
+        for listener in list(runtime.turn_listeners):  # capture's workflow, when it runs
+            await listener(tenant, conversation_id, applied)
+
+    conversations_app = create_conversations_app(
+        settings, conversation_store, stores.keys, on_applied=on_applied, progress=stored_turns
+    )
     runtime.past = AsOfProjections(settings, parts.knowledge, (embedder.name, embedder.dim), parts.snapshots)
     stores.erasure_listeners.append(runtime.past.forget_tenant)
     runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
@@ -121,6 +140,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     await runtime.producer.start()
     await runtime.lag.start()
     await parts.start()
+    await conversations_app.start()
     archive_stop = asyncio.Event()
     archiving = (
         asyncio.create_task(archive_until(settings, archive_stop)) if settings.archive_enabled else None
@@ -132,6 +152,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if archiving is not None:  # the open segments are written before it returns
             archive_stop.set()
             await archiving
+        await conversations_app.stop()
         await parts.stop()
         await runtime.lag.stop()
         await runtime.producer.stop()
@@ -139,6 +160,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
             runtime.query_worker.close()
         await runtime.sparql.close()
         stores.close()
+        conversation_store.close()
         runtime.past.close()
 
 
