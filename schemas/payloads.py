@@ -304,7 +304,9 @@ from engram.schemas.conversation_payloads import (  # noqa: E402, F401
     ConversationEvent,
     ConversationTurn,
     TurnsExtracted,
+    derive_turn_id,
     on_conversations_topic,
+    turn_event_id,
 )
 
 

@@ -156,6 +156,8 @@ class Pipeline:
         reason = governance.role_refusal(event)
         if reason is not None:
             raise governance.Forbidden(reason)
+        if ev.on_conversations_topic(event.payload):  # the conversation store decides the rest
+            return
         if self.knowledge is not None and not governance.references(event.payload):
             self.precheck(event, None)
 
