@@ -18,6 +18,7 @@ from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from engram.api.mcp import http as mcp_http
 from engram.api.routes import (
     associations,
+    conversations,
     decisions,
     events,
     graph,
@@ -69,6 +70,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
     routers += (sessions, decisions, associations, plans)  # agent work (issue 24)
     routers += (proposals,)  # capture (issue 25)
     routers += (onboarding,)  # a new tenant's spine (issue 25)
+    routers += (conversations,)  # capture (issue 25)
     for router in (module.router for module in routers):
         app.include_router(router)
     mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import faust
 import numpy as np
+from engram.commands.conversations import ConversationCommands
 from engram.commands.extraction import ExtractionWorkflow
 from engram.commands.writes import Commands
 from engram.projections.progress import Progress
@@ -48,6 +50,10 @@ class Runtime:
     past: AsOfProjections | None = None  # as_of reads: tenants replayed to a point of system time
     sparql: Sandbox | None = None  # the SPARQL route's evaluators (no network, killed at the limit)
     capture: ExtractionWorkflow | None = None  # conversation turns to memories; None when off
+    conversations: ConversationCommands | None = None  # conversation turns in and out (capture)
+    # called after each record the conversation store applies (capture's trigger): (tenant,
+    # conversation id, what changed)
+    turn_listeners: list[Callable[[str, str, Any], Awaitable[None]]] = field(default_factory=list)
     recent_queries: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
 
     def query_vector(self, text: str | None) -> PendingVector:

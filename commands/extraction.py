@@ -35,6 +35,7 @@ from engram.projections.recognize import normalised
 from engram.projections.visibility import Principal
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Actor
+from engram.streams.conversations import read_turns as read_sealed_turns
 from engram.streams.extraction.extractor import Candidate, ExtractionFailed, Extractor, Known, Turn
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ class ExtractionWorkflow:
     producer: ProgressLog
     extractor: Extractor
     settings: ExtractionSettings
-    read_turns: ReadTurns | None = None  # the conversation store's reader of sealed turns
+    read_turns: ReadTurns = read_sealed_turns  # opens the store's sealed turns with their keys
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     counters: Counters = field(default_factory=Counters)
     _running: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
@@ -160,14 +161,17 @@ class ExtractionWorkflow:
             self.start(info)
 
     async def sweep(self, now: datetime | None = None) -> int:
-        """Start the extraction of every conversation idle for T with unprocessed turns; how many."""
+        """Start the extraction of every conversation with N unprocessed turns, or any idle for T
+        (after a restart, turns applied before the workflow listened are found here); how many."""
         if not self.settings.enabled:
             return 0
         now = now or datetime.now(UTC)
         started = 0
         for info in list(self.store.pending()):
             idle = (now - info.last_turn_at).total_seconds()
-            if self._unprocessed(info) > 0 and idle >= self.settings.idle_s and self.start(info):
+            unprocessed = self._unprocessed(info)
+            due = unprocessed >= self.settings.turns or (unprocessed > 0 and idle >= self.settings.idle_s)
+            if due and self.start(info):
                 started += 1
         return started
 
@@ -348,7 +352,4 @@ class ExtractionWorkflow:
         self._done_through[key] = max(self._done_through.get(key, 0), through)
 
     def _read(self, tenant: str, cid: str, after: int) -> Sequence[Turn]:
-        read = self.read_turns
-        if read is None:  # the conversation store's reader (engram.projections.conversations)
-            from engram.projections.conversations import read_turns as read  # type: ignore[import-not-found]
-        return read(self.store, self.keys, tenant, cid, after)
+        return self.read_turns(self.store, self.keys, tenant, cid, after)

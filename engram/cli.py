@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from engram.console import access, dev, history, stack, upkeep
+from engram.console import access, capture, dev, history, stack, upkeep
 from engram.console.access import ttl_seconds
 from engram.logs import setup_logging
 from engram.schemas.vocabulary import Role
@@ -86,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not embed new memories that carry no embedding (they are then found by BM25 only)",
     )
+
+    ic = sub.add_parser(
+        "import-conversations",
+        help="append a chat history (LoCoMo-style JSON, or JSON lines of turns) to the conversations topic",
+    )
+    ic.add_argument("file")
+    ic.add_argument("--tenant", required=True)
+    ic.add_argument("--user", required=True, help="whose conversation it is (its owner)")
+    ic.add_argument("--conversation", help="the conversation id (default: the file's name)")
+    ic.add_argument("--me", help="the speaker who is the user (default: the file's first speaker)")
 
     r = sub.add_parser(
         "replay", help="rebuild a tenant from its snapshots, the archive and the log; print its N-Quads"
@@ -169,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": stack.serve,
         "worker": stack.worker,
         "produce": _produce,
+        "import-conversations": capture.import_conversations,
         "replay": history.replay,
         "archive": history.archive,
         "audit": history.audit,

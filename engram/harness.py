@@ -46,8 +46,16 @@ def isolated_settings(base: Settings, data_dir: Path, *, partitions: int = 4) ->
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment that makes a child process use ``settings``."""
-    return {
+    """The environment that makes a child process use ``settings``: every setting that differs
+    from its default (a test's ``model_copy(update=...)`` reaches the child), and these always, so
+    the parent's environment cannot leak into the child through them."""
+    changed = {
+        f"ENGRAM_{name.upper()}": str(value)
+        for name, spec in Settings.model_fields.items()
+        if (value := getattr(settings, name)) is not None
+        and value != spec.get_default(call_default_factory=True)
+    }
+    return changed | {
         "ENGRAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "ENGRAM_TOPIC_PREFIX": settings.topic_prefix,
         "ENGRAM_CONSUMER_GROUP": settings.consumer_group,

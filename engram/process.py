@@ -7,6 +7,8 @@ receives its runtime instead of building it.
 
 Capture (conversation turns to memories, ``commands.extraction``) runs in ``engram serve`` only:
 it writes through the command layer, which a worker does not have; more workers do not extract.
+``engram serve`` also runs the conversations agent (``streams.conversations``: turns into the
+conversation store, for reads and capture); a worker does not (it projects the events topic only).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import faust
 
 from engram.api.runtime import Runtime
+from engram.commands.conversations import ConversationCommands
 from engram.commands.extraction import ExtractionSettings, ExtractionWorkflow
 from engram.commands.writes import Commands
+from engram.projections.conversations import Applied, ConversationStore
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.progress import Progress
 from engram.projections.sparql_sandbox import Sandbox
@@ -30,8 +34,10 @@ from engram.projections.stores import TenantStores
 from engram.settings import Settings
 from engram.streams.archiver import archive_until
 from engram.streams.asof import AsOfProjections
+from engram.streams.conversations import ConversationLog, create_conversations_app
 from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder
 from engram.streams.embedding_worker import EmbeddingWorker
+from engram.streams.extraction.factory import load_extractor
 from engram.streams.indexer import Indexer
 from engram.streams.keystore import KeyStore
 from engram.streams.lag import LagMonitor
@@ -94,52 +100,43 @@ def compose_projection(settings: Settings) -> Projection:
 
 
 @asynccontextmanager
-async def capturing(settings: Settings, runtime: Runtime) -> AsyncIterator[ExtractionWorkflow | None]:
-    """The extraction workflow, fed by the conversations agent and swept every quarter of
-    ``ENGRAM_EXTRACTION_IDLE_S``; None when capture is off (``ENGRAM_EXTRACTION=false``).
-
-    The conversation store, its Faust agent and the progress log are the conversations part's
-    (``projections.conversations``, ``streams.conversations``); the extractor the settings name
-    comes from ``streams.extraction``."""
-    if not settings.extraction:
+async def capturing(
+    settings: Settings, runtime: Runtime, store: ConversationStore
+) -> AsyncIterator[ExtractionWorkflow | None]:
+    """The extraction workflow, told of every record the conversation store applies (entered
+    before the conversations agent starts, so no turn goes by unseen) and swept every quarter of
+    ``ENGRAM_EXTRACTION_IDLE_S``; None when capture is off (``ENGRAM_EXTRACTION=false`` or
+    ``ENGRAM_EXTRACTOR=none``)."""
+    extractor = load_extractor(settings, runtime.stores.knowledge) if settings.extraction else None
+    if extractor is None:
         yield None
         return
-    try:  # the capture parts: conversation turns and the extractors
-        from engram.projections.conversations import ConversationStore  # type: ignore[import-not-found]
-        from engram.streams.conversations import ConversationLog, create_conversations_app  # type: ignore[import-not-found]
-        from engram.streams.extraction import load_extractor  # type: ignore[attr-defined]
-    except ImportError as exc:
-        log.warning("capture unavailable in this build: %s", exc)
-        yield None
-        return
-    store = ConversationStore(settings.data_dir / "conversations")
-    conversation_log = ConversationLog(settings)
+    conversation_log = ConversationLog(settings, store)
     workflow = ExtractionWorkflow(
         runtime.commands,
         store,
         runtime.stores.keys,
         conversation_log,
-        load_extractor(settings),
+        extractor,
         ExtractionSettings.of(settings),
     )
-    app = create_conversations_app(settings, store, runtime.stores.keys, on_applied=workflow.on_applied)
     await conversation_log.start()
-    await app.start()
+    runtime.turn_listeners.append(workflow.on_applied)
     sweeping = asyncio.create_task(workflow.sweep_forever())
     log.info(
-        "capture on: extract at %d turns or %.1f s idle",
+        "capture on: %s extracts at %d turns or %.1f s idle",
+        extractor.name,
         settings.extraction_turns,
         settings.extraction_idle_s,
     )
     try:
         yield workflow
     finally:
+        runtime.turn_listeners.remove(workflow.on_applied)
         sweeping.cancel()
         await asyncio.gather(sweeping, return_exceptions=True)
-        await app.stop()
         await workflow.stop()  # a range cut short is extracted again on restart: same event ids
         await conversation_log.stop()
-        store.close()
 
 
 @asynccontextmanager
@@ -167,6 +164,19 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
         else None,
     )
+    conversation_store = ConversationStore(settings.data_dir / "conversations", stores.keys)
+    stored_turns = Progress()
+    runtime.conversations = ConversationCommands(
+        conversation_store, stores.keys, producer, stored_turns, settings.wait_timeout_s
+    )
+
+    async def on_applied(tenant: str, conversation_id: str, applied: Applied) -> None:
+        for listener in list(runtime.turn_listeners):  # capture's workflow, when it runs
+            await listener(tenant, conversation_id, applied)
+
+    conversations_app = create_conversations_app(
+        settings, conversation_store, stores.keys, on_applied=on_applied, progress=stored_turns
+    )
     runtime.past = AsOfProjections(settings, parts.knowledge, (embedder.name, embedder.dim), parts.snapshots)
     stores.erasure_listeners.append(runtime.past.forget_tenant)
     runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
@@ -174,19 +184,22 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     await runtime.producer.start()
     await runtime.lag.start()
     await parts.start()
+    capture = AsyncExitStack()
+    runtime.capture = await capture.enter_async_context(capturing(settings, runtime, conversation_store))
+    await conversations_app.start()
     archive_stop = asyncio.Event()
     archiving = (
         asyncio.create_task(archive_until(settings, archive_stop)) if settings.archive_enabled else None
     )
     log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
     try:
-        async with capturing(settings, runtime) as workflow:
-            runtime.capture = workflow
-            yield runtime
+        yield runtime
     finally:
         if archiving is not None:  # the open segments are written before it returns
             archive_stop.set()
             await archiving
+        await conversations_app.stop()
+        await capture.aclose()
         await parts.stop()
         await runtime.lag.stop()
         await runtime.producer.stop()
@@ -194,6 +207,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
             runtime.query_worker.close()
         await runtime.sparql.close()
         stores.close()
+        conversation_store.close()
         runtime.past.close()
 
 

@@ -26,6 +26,9 @@ the change, and only then (``validation.checked_plan``) whether the change appli
   made a proposal does not decide it.
 * Forgetting, and placing or releasing a legal hold: operators and auditors. A user's teams and
   role: operators.
+* Conversation turns: users, agents, operators and pipelines (the conversation's owner is the
+  conversation store's to check); the extraction's progress: agents, pipelines and operators; a
+  conversation's erasure: its owner or an operator.
 * Agent work (sessions, episodes, tool calls, decisions, associations): users, agents and
   operators, for the acting user; every session, episode, decision and memory it names must be one
   the actor may see (a session is its acting user's; operators and auditors see all).
@@ -294,6 +297,38 @@ def _agent_work(actor: Actor, state: GraphState, p: ev.Payload) -> str | None:
     """Agent work is recorded for the acting user: seeing every node and memory it names (checked
     before this, as ``Unseen``) is all it needs, since an association or a decision changes neither
     end, only links to it."""
+    return None
+
+
+@governs(
+    ev.ConversationTurn,
+    roles=(Role.USER, Role.AGENT, Role.OPERATOR, Role.PIPELINE),
+    refused="a {role} does not add conversation turns",
+)
+def _turn(actor: Actor, state: GraphState, p: ev.ConversationTurn) -> str | None:
+    """Turns are said by users (an agent for its user), imported by operators and pipelines. Whose
+    conversation it is (its owner: the acting user of its first turn) is the conversation store's
+    to decide (``projections.conversations``): the graph does not hold conversations."""
+    return None
+
+
+@governs(
+    ev.TurnsExtracted,
+    roles=(Role.AGENT, Role.PIPELINE, Role.OPERATOR),
+    refused="{type} is the extraction workflow's progress, not a {role}'s",
+)
+def _extracted(actor: Actor, state: GraphState, p: ev.TurnsExtracted) -> str | None:
+    """The workflow's own record (source extraction or system: checked by the conversation store)."""
+    return None
+
+
+@governs(
+    ev.ConversationErased,
+    roles=(Role.USER, Role.AGENT, Role.OPERATOR),
+    refused="a conversation is erased by its owner or an operator, not a {role}",
+)
+def _conversation_erased(actor: Actor, state: GraphState, p: ev.ConversationErased) -> str | None:
+    """Its owner (or an agent for them) or an operator: the owner is checked by the conversation store."""
     return None
 
 

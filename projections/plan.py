@@ -393,6 +393,16 @@ def _stakeholder(b: Builder, p: ev.StakeholderChanged) -> None:
     b.replace(u, e("role"), Literal(p.role))
 
 
+def _elsewhere(b: Builder, p: ev.ConversationEvent) -> None:
+    """Capture's events are projected by the conversation store, from the conversations topic: one
+    on the events topic was put there by hand, and is refused (dead-lettered) with where it goes."""
+    raise InvalidEvent(f"{type(p).__name__} belongs on engram.conversations, not the events topic")
+
+
+for _conversation_type in (ev.ConversationTurn, ev.TurnsExtracted, ev.ConversationErased):
+    planner(_conversation_type)(_elsewhere)
+
+
 # The agent-work planners live in their own module; importing it registers them.
 from engram.projections import plan_agents  # noqa: E402, F401
 

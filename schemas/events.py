@@ -18,6 +18,7 @@ from typing import Any
 from engram.schemas import ENVELOPE_FILE, avro_dir, sealing
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent, Problems, hostile_values, parse_time, show
+from engram.schemas.conversation_payloads import natural_event_id
 from engram.schemas.payloads import EVENT_ID_NAMESPACE, Payload, payload_class
 
 DERIVED_FIELDS = frozenset({"occurred_at_given"})  # set by the builder, never written in JSON
@@ -168,8 +169,10 @@ def event_from_json(obj: Any) -> Event:
     hostile = list(hostile_values(obj, "event"))
     if hostile:
         raise InvalidEvent("; ".join(hostile))
-    event_id = obj.get("event_id") or str(
-        uuid.uuid5(EVENT_ID_NAMESPACE, json.dumps(obj, sort_keys=True, default=str))
+    event_id = (
+        obj.get("event_id")
+        or natural_event_id(obj["tenant"], payload, obj["type"])
+        or str(uuid.uuid5(EVENT_ID_NAMESPACE, json.dumps(obj, sort_keys=True, default=str)))
     )
     try:
         event_id = str(uuid.UUID(event_id))  # one event, one id: the canonical lowercase form
@@ -180,6 +183,7 @@ def event_from_json(obj: Any) -> Event:
     who = Actor(actor["id"], actor["role"], actor.get("on_behalf_of"))
     _check_envelope(c, obj["tenant"], obj["source"], who, event_id)
     cls.check(payload, c)
+    _check_natural_id(c, obj["tenant"], payload, obj["type"], event_id)
     c.raise_if_any()
     return Event(
         event_id=event_id,
@@ -226,7 +230,21 @@ def validate(event: Event) -> None:
     c.raise_if_any()  # nothing below may see a value that cannot become a literal
     _check_envelope(c, event.tenant, event.source, event.actor, event.event_id)
     type(event.payload).check(record, c)
+    _check_natural_id(c, event.tenant, record, event.type, event.event_id)
     c.raise_if_any()
+
+
+def _check_natural_id(
+    c: Problems, tenant: Any, payload: Mapping[str, Any], event_type: str, event_id: str
+) -> None:
+    """An event whose id follows from its content (a turn's) carries exactly that id, so sending it
+    again, by any path, is the same event."""
+    natural = natural_event_id(tenant, payload, event_type)
+    c.require(
+        natural is None or natural == event_id,
+        f"a {event_type}'s event_id is derived from its tenant, conversation and turn ids"
+        f" ({natural}); leave it out",
+    )
 
 
 def content_digest(event: Event) -> str:

@@ -346,6 +346,15 @@ from engram.schemas.agent_payloads import (  # noqa: E402, F401
     observation_ref,
     parse_ref,
 )
+from engram.schemas.conversation_payloads import (  # noqa: E402, F401
+    ConversationErased,
+    ConversationEvent,
+    ConversationTurn,
+    TurnsExtracted,
+    derive_turn_id,
+    on_conversations_topic,
+    turn_event_id,
+)
 
 
 def _subclasses(cls: type[Payload]) -> list[type[Payload]]:

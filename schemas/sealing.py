@@ -1,5 +1,9 @@
 """Crypto-shredding: a memory event's personal parts travel encrypted, under a key off the log.
 
+A conversation turn's speaker and text are sealed the same way, each turn under its own key
+(:func:`turn_key_id`), so erasing a conversation or a memory extracted from some of its turns
+destroys exactly those turns' words.
+
 The log is kept forever, so forgetting cannot delete what it holds; it can make it unreadable.
 Each memory has its own 256-bit data key (``key_id``) in a key store beside the log. A memory
 event is *sealed* at the edge: its label, content, class, class properties and embedding are encrypted
@@ -27,11 +31,11 @@ from typing import Any, TypeVar
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from engram.schemas.checks import InvalidEvent
-from engram.schemas.payloads import MemoryRemembered, MemoryRevised, Payload, Sealed
+from engram.schemas.payloads import ConversationTurn, MemoryRemembered, MemoryRevised, Payload, Sealed
 
 ERASED = "(erased)"
 SEALED_CHANGES = ("label", "content")  # the revisable shared fields that are personal
-SealablePayload = MemoryRemembered | MemoryRevised
+SealablePayload = MemoryRemembered | MemoryRevised | ConversationTurn
 P = TypeVar("P", bound=Payload)
 
 
@@ -40,16 +44,39 @@ def key_id(memory_id: str) -> str:
     return f"memory/{memory_id}"
 
 
+def turn_key_id(conversation_id: str, turn_id: str) -> str:
+    """The data key of one conversation turn: erasing the conversation (or a memory extracted from
+    the turn) destroys it, and only it."""
+    return f"turn/{conversation_id}/{turn_id}"
+
+
+def key_of(payload: SealablePayload) -> str:
+    """The key a sealable payload is sealed under."""
+    if isinstance(payload, ConversationTurn):
+        return turn_key_id(payload.conversation_id, payload.turn_id)
+    return key_id(payload.memory_id)
+
+
 def sealable(payload: Payload) -> bool:
-    return isinstance(payload, MemoryRemembered | MemoryRevised)
+    return isinstance(payload, SealablePayload)
 
 
-def associated_data(tenant: str, event_id: str, memory_id: str) -> bytes:
-    """What a ciphertext is bound to: it cannot be moved to another event, memory or tenant."""
-    return "\x00".join((tenant, event_id, memory_id)).encode()
+def associated_data(tenant: str, event_id: str, *names: str) -> bytes:
+    """What a ciphertext is bound to: it cannot be moved to another event, memory (or conversation
+    and turn) or tenant."""
+    return "\x00".join((tenant, event_id, *names)).encode()
+
+
+def aad_of(tenant: str, event_id: str, payload: SealablePayload) -> bytes:
+    """``associated_data`` for a sealable payload: a memory's id, or a turn's conversation and id."""
+    if isinstance(payload, ConversationTurn):
+        return associated_data(tenant, event_id, payload.conversation_id, payload.turn_id)
+    return associated_data(tenant, event_id, payload.memory_id)
 
 
 def _personal(p: SealablePayload) -> dict[str, Any]:
+    if isinstance(p, ConversationTurn):
+        return {"speaker": p.speaker, "text": p.text}
     if isinstance(p, MemoryRemembered):
         return {
             "label": p.label,
@@ -75,12 +102,12 @@ def _canonical(value: dict[str, Any]) -> bytes:
 
 def seal(payload: P, data_key: bytes, aad: bytes) -> P:
     """``payload`` with its personal parts also encrypted (a non-memory payload as it is)."""
-    if not isinstance(payload, MemoryRemembered | MemoryRevised):
+    if not isinstance(payload, SealablePayload):
         return payload
     plain = _canonical(_personal(payload))
     nonce = os.urandom(12)
     sealed = Sealed(
-        key_id=key_id(payload.memory_id),
+        key_id=key_of(payload),
         nonce=nonce,
         ciphertext=AESGCM(data_key).encrypt(nonce, plain, aad),
         mac=hmac.new(data_key, plain, hashlib.sha256).digest(),
@@ -90,8 +117,10 @@ def seal(payload: P, data_key: bytes, aad: bytes) -> P:
 
 def wire(payload: P) -> P:
     """What the log holds of ``payload``: a sealed one's personal parts as placeholders."""
-    if not isinstance(payload, MemoryRemembered | MemoryRevised) or payload.sealed is None:
+    if not isinstance(payload, SealablePayload) or payload.sealed is None:
         return payload
+    if isinstance(payload, ConversationTurn):
+        return replace(payload, speaker="", text="")  # type: ignore[return-value]
     if isinstance(payload, MemoryRemembered):
         empty = types.MappingProxyType({})
         return replace(  # type: ignore[return-value]
@@ -109,21 +138,28 @@ def unseal(payload: P, data_key: bytes | None, aad: bytes) -> P:
     Raises InvalidEvent when the ciphertext does not authenticate under the key (tampered, or
     moved from another event): that is a bad record, not an erased one.
     """
-    if not isinstance(payload, MemoryRemembered | MemoryRevised) or payload.sealed is None:
+    if not isinstance(payload, SealablePayload) or payload.sealed is None:
         return payload
     bare = wire(payload)
     if data_key is None:
+        if isinstance(bare, ConversationTurn):
+            return replace(bare, speaker=ERASED, text=ERASED)  # type: ignore[return-value]
         if isinstance(bare, MemoryRemembered):
             return replace(bare, label=ERASED, content=ERASED)  # type: ignore[return-value]
         return bare
     try:
         plain = AESGCM(data_key).decrypt(payload.sealed.nonce, payload.sealed.ciphertext, aad)
     except (InvalidTag, ValueError) as exc:
-        raise InvalidEvent("sealed content does not authenticate with the memory's key") from exc
+        raise InvalidEvent("sealed content does not authenticate with its key") from exc
     if not hmac.compare_digest(hmac.new(data_key, plain, hashlib.sha256).digest(), payload.sealed.mac):
         raise InvalidEvent("sealed content does not match its mac")
     try:
         parts = json.loads(plain)
+        if isinstance(bare, ConversationTurn):
+            speaker, text = parts["speaker"], parts["text"]
+            if not isinstance(speaker, str) or not isinstance(text, str):
+                raise TypeError("a turn's speaker and text are strings")
+            return replace(bare, speaker=speaker, text=text)  # type: ignore[return-value]
         if isinstance(bare, MemoryRemembered):
             embedding = parts["embedding"]
             return replace(  # type: ignore[return-value]

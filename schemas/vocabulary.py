@@ -56,6 +56,15 @@ class Role(StrEnum):
     AUDITOR = "auditor"
 
 
+class TurnRole(StrEnum):
+    """Who said a conversation turn, by part (``ConversationTurn.role``)."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    OTHER = "other"
+
+
 class OnConflict(StrEnum):
     ASK = "ask"
     REPLACE = "replace"
@@ -144,6 +153,8 @@ REASON_MAX: Final = 1024  # why a proposal was decided
 CONTENT_MAX: Final = 32_768
 PROPERTY_TEXT_MAX: Final = 32_768
 EMBEDDING_MAX_DIM: Final = 4096
+TURN_TEXT_MAX: Final = 32_768  # one turn's words: a long message, not a pasted document
+SPEAKER_MAX: Final = 256
 
 # Tenant ids name directories and Kafka keys; memory ids, metrics and platforms become IRIs.
 # Always test with full_match: ``$`` alone also matches before a trailing newline.

@@ -156,6 +156,8 @@ class Pipeline:
         reason = governance.role_refusal(event)
         if reason is not None:
             raise governance.Forbidden(reason)
+        if ev.on_conversations_topic(event.payload):  # the conversation store decides the rest
+            return
         if self.knowledge is not None and not governance.references(event.payload):
             self.precheck(event, None)
 
@@ -168,18 +170,22 @@ def read_record(data: bytes, keys: Keys | None) -> Event:
 
 
 def seal(event: Event, keys: Keys) -> Event:
-    """``event`` with a memory payload's personal parts sealed under the memory's key (made on
-    first use). Raises InvalidEvent for a memory whose key was destroyed (it was forgotten)."""
+    """``event`` with a memory payload's (or a turn's) personal parts sealed under its key (made on
+    first use). Raises InvalidEvent for a key that was destroyed (its memory was forgotten, its
+    conversation erased)."""
     p = event.payload
     if not isinstance(p, sealing.SealablePayload) or p.sealed is not None:
         return event
     try:
-        key = keys.data_key(event.tenant, sealing.key_id(p.memory_id), create=True)
+        key = keys.data_key(event.tenant, sealing.key_of(p), create=True)
     except KeyErased as exc:
+        if isinstance(p, ev.ConversationTurn):
+            raise InvalidEvent(
+                f"turn {p.turn_id} of conversation {p.conversation_id} was erased; it is not written again"
+            ) from exc
         raise InvalidEvent(f"memory {p.memory_id} was forgotten; nothing more is written about it") from exc
     assert key is not None
-    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
-    return replace(event, payload=sealing.seal(p, key, aad))
+    return replace(event, payload=sealing.seal(p, key, sealing.aad_of(event.tenant, event.event_id, p)))
 
 
 def open_event(event: Event, keys: Keys | None) -> Event:
@@ -187,11 +193,10 @@ def open_event(event: Event, keys: Keys | None) -> Event:
     p = event.payload
     if not isinstance(p, sealing.SealablePayload) or p.sealed is None:
         return event
-    if p.sealed.key_id != sealing.key_id(p.memory_id):
-        raise InvalidEvent(f"sealed with key {p.sealed.key_id!r:.100}, not the key of memory {p.memory_id}")
+    if p.sealed.key_id != sealing.key_of(p):
+        raise InvalidEvent(f"sealed with key {p.sealed.key_id!r:.100}, not {sealing.key_of(p)!r:.100}")
     key = keys.data_key(event.tenant, p.sealed.key_id) if keys is not None else None
-    aad = sealing.associated_data(event.tenant, event.event_id, p.memory_id)
-    return replace(event, payload=sealing.unseal(p, key, aad))
+    return replace(event, payload=sealing.unseal(p, key, sealing.aad_of(event.tenant, event.event_id, p)))
 
 
 def as_read(event: Event) -> Event:

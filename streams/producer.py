@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 from engram.schemas.events import Event, Position
 from engram.streams.pipeline import Framed, Pipeline, parse_lines
+from engram.streams.topics import topic_for
 
 from engram.settings import Settings
 
@@ -25,9 +26,11 @@ _UNSEALED = Pipeline()  # frames an event handed over as it is (tests, benches):
 
 class EventProducer:
     """Appends framed events; the returned position is where the log recorded each one. An
-    ``Event`` is framed as it is (unsealed): writers that seal hand over a ``Framed``."""
+    ``Event`` is framed as it is (unsealed): writers that seal hand over a ``Framed``. Each goes to
+    the topic its type belongs on (``streams.topics.topic_for``)."""
 
     def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.topic = settings.events_topic
         self._producer = AIOKafkaProducer(
             bootstrap_servers=settings.kafka_bootstrap,
@@ -53,7 +56,10 @@ class EventProducer:
     async def _enqueue(self, item: Framed | Event) -> asyncio.Future:
         framed = item if isinstance(item, Framed) else _UNSEALED.frame(item)
         return await self._producer.send(
-            self.topic, key=framed.key, value=framed.value, headers=framed.headers()
+            topic_for(self.settings, framed.event),
+            key=framed.key,
+            value=framed.value,
+            headers=framed.headers(),
         )
 
     async def send(self, item: Framed | Event) -> Position:

@@ -8,6 +8,8 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
+from engram.schemas import payloads as ev
+from engram.schemas.events import Event
 
 from engram.settings import Settings
 
@@ -48,6 +50,12 @@ async def ensure_topics(settings: Settings) -> list[str]:
         return [t.name for t in missing]
     finally:
         await admin.close()
+
+
+def topic_for(settings: Settings, event: Event) -> str:
+    """The topic an event is appended to: capture's (turns, extraction progress, erasures) go on
+    the conversations topic, every other on the events topic. The one place that decides it."""
+    return settings.conversations_topic if ev.on_conversations_topic(event.payload) else settings.events_topic
 
 
 def partition_for(tenant: str, partitions: int) -> int:

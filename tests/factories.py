@@ -110,6 +110,21 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "relation": "supports",
     },
     "ProposalDecided": {"memory_id": "m2", "decision": "accepted", "reason": "the new target is right"},
+    "ConversationTurn": {
+        "conversation_id": "c1",
+        "turn_id": "t1",
+        "speaker": "Sam",
+        "role": "user",
+        "text": "keep ROAS above 3",
+    },
+    "TurnsExtracted": {
+        "conversation_id": "c1",
+        "through_seq": 1,
+        "through_turn_id": "t1",
+        "memory_ids": ["m1"],
+        "extractor": "patterns",
+    },
+    "ConversationErased": {"conversation_id": "c1", "reason": "asked to"},
 }
 
 

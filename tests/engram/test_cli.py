@@ -216,5 +216,8 @@ def test_produce_refuses_a_line_the_projector_would_dead_letter(settings: Settin
     path.write_text(json.dumps(line) + "\n")
     done = engram(settings, "produce", "--no-embed", str(path))
     assert done.returncode == 1, done.stdout
-    assert f"{path}:1: a pipeline may only emit KpiObserved, SpendObserved and ClockTicked" in done.stderr
+    assert (
+        f"{path}:1: a pipeline may only emit KpiObserved, SpendObserved, ClockTicked, "
+        "ConversationTurn and TurnsExtracted"
+    ) in done.stderr
     assert "produced 0 events; 1 lines failed" in done.stdout

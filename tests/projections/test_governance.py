@@ -241,7 +241,10 @@ def test_the_projector_dead_letters_what_its_actor_may_not_do(tmp_path: Path) ->
     assert statuses == [Status.APPLIED, Status.REJECTED, Status.REJECTED, Status.APPLIED]
     assert letters == [
         "company memories are written by an operator, not a user",
-        "a pipeline may only emit KpiObserved, SpendObserved and ClockTicked",
+        (
+            "a pipeline may only emit KpiObserved, SpendObserved, ClockTicked, "
+            "ConversationTurn and TurnsExtracted"
+        ),
     ]
     graph = stores.get("acme")
     assert graph is not None and graph.objects(memory_iri("co"), e("memoryId")) == []
@@ -306,6 +309,9 @@ EMITTED_BY = {
     "DecisionRecorded": {"user", "agent", "operator"},
     "MemoriesAssociated": {"user", "agent", "operator"},
     "ProposalDecided": {"user", "agent", "operator"},
+    "ConversationTurn": {"user", "agent", "operator", "pipeline"},
+    "TurnsExtracted": {"agent", "pipeline", "operator"},
+    "ConversationErased": {"user", "agent", "operator"},
 }
 
 
@@ -331,6 +337,7 @@ def test_an_event_type_without_a_decision_fails_closed() -> None:
 
 def test_the_pipelines_refusal_lists_what_a_pipeline_may_emit() -> None:
     line = event("MemoryRemembered", remembered("x"), actor={"id": "etl", "role": "pipeline"})
-    assert (
-        governance.role_refusal(line) == "a pipeline may only emit KpiObserved, SpendObserved and ClockTicked"
+    assert governance.role_refusal(line) == (
+        "a pipeline may only emit KpiObserved, SpendObserved, ClockTicked, "
+        "ConversationTurn and TurnsExtracted"
     )

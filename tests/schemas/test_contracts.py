@@ -69,6 +69,7 @@ def test_each_event_type_of_the_union_has_a_class_a_planner_a_decision_and_an_ex
         (v.Source, "Source"),
         (v.OnConflict, "OnConflict"),
         (v.ProposalDecision, "ProposalDecision"),
+        (v.TurnRole, "TurnRole"),
     ],
 )
 def test_enums_are_the_avro_symbols(enum: type[StrEnum], avro_name: str) -> None:

@@ -83,7 +83,13 @@ def test_produce_refuses_what_the_projector_would_refuse_whatever_the_facts() ->
     good, bad = parse_lines(text, pipeline, offline_check=True)
     assert [n for n, _ in good] == [2, 4]
     assert bad == [
-        (1, "a pipeline may only emit KpiObserved, SpendObserved and ClockTicked"),
+        (
+            1,
+            (
+                "a pipeline may only emit KpiObserved, SpendObserved, ClockTicked, "
+                "ConversationTurn and TurnsExtracted"
+            ),
+        ),
         (3, "company memories are written by an operator, not a user"),
     ]
     assert [n for n, _ in parse_lines(text, pipeline)[0]] == [1, 2, 3, 4]  # the checks of the line alone
