@@ -40,6 +40,8 @@ from engram.projections.batch import Overlay
 from engram.projections.conflicts import rivals, rivals_of_stored
 from engram.projections.plan import GraphState, no_facts
 from engram.projections.progress import Progress
+from engram.projections.read import get_memory
+from engram.projections.recognize import normalised
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import AlreadyApplied, Status, TenantGraph
 from engram.projections.terms import ASSERTED, e, memory_iri
@@ -102,6 +104,12 @@ class Commands:
         if not found:
             return await self.append(framed, wait=wait, teams=by.teams)
         if event.source == v.Source.EXTRACTION:
+            said = next((r for r in found if restates(graph, r.id, p)), None)
+            if said is not None:  # heard again: nothing to supersede, nobody to ask
+                raise Conflicting(
+                    f"already known as memory {said.id} ({said.label!r}): "
+                    "a restatement captured from a conversation writes nothing"
+                )
             people = [r for r in found if r.source != v.Source.EXTRACTION]
             if people:  # a person's word is never overwritten by a capture: it is asked (the first, by id)
                 chosen = replace(p, proposes=people[0].id)
@@ -427,3 +435,19 @@ def _answer_retry(event: Event, graph: TenantGraph) -> Accepted:
         pos.offset if pos else -1,
         applied=True,
     )
+
+
+def restates(graph: TenantGraph, memory_id: str, p: ev.MemoryRemembered) -> bool:
+    """Whether ``p`` says what the stored memory says: the same class and the same properties
+    (numbers as numbers), or, for a memory with no properties, the same label once normalised."""
+    stored = get_memory(graph, memory_id)
+    if stored is None or stored["memory_class"] != p.memory_class.rsplit("#", 1)[-1]:
+        return False
+    if not p.properties:
+        return not stored["properties"] and normalised(stored["label"] or "") == normalised(p.label)
+
+    def plain(x: Any) -> Any:
+        return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else x
+
+    mine = {k: plain(x) for k, x in p.properties.items()}
+    return mine == {k: plain(x) for k, x in stored["properties"].items()}

@@ -190,6 +190,23 @@ def test_an_auto_captured_rival_is_replaced_without_asking(srv: Server) -> None:
     assert call(srv, "GET", t, "/proposals", SAM).json()["count"] == 0
 
 
+def test_a_captured_restatement_writes_nothing_and_asks_nobody(srv: Server) -> None:
+    """Sam says again what Sam entered (or what was captured before): no proposal, no supersession."""
+    t = tenant()
+    said(srv, t, target("roas-1", "roas", 3.0))
+    again = call(
+        srv, "POST", t, "/memories", EXTRACTOR, {"source": "extraction", **target("roas-2", "roas", 3)}
+    )
+    assert again.status_code == 409 and "already known as memory roas-1" in again.text, again.text
+    heard(srv, t, target("cpa-1", "cpa", 40.0))
+    again = call(
+        srv, "POST", t, "/memories", EXTRACTOR, {"source": "extraction", **target("cpa-2", "cpa", 40)}
+    )
+    assert again.status_code == 409 and "already known as memory cpa-1" in again.text, again.text
+    assert memory(srv, t, "roas-1")["active"] and memory(srv, t, "cpa-1")["active"]
+    assert call(srv, "GET", t, "/proposals", SAM).json()["count"] == 0
+
+
 def test_another_user_sees_no_proposal_and_the_404_of_an_unknown_id(srv: Server) -> None:
     t = tenant()
     said(srv, t, target("roas-3", "roas", 3.0))
