@@ -75,7 +75,7 @@ async def add_turns(
     )
 
 
-@router.get("/{conversation_id}", response_model=ConversationPublic)
+@router.get("/{conversation_id}", response_model=ConversationPublic, responses=responses(422))
 async def get_conversation(
     tenant: TenantId, conversation_id: ConversationId, runtime: CurrentRuntime, who: CurrentPrincipal
 ) -> ConversationPublic:

@@ -50,7 +50,7 @@ async def onboard(
     return OnboardingAccepted(**{slot: Accepted.model_validate(a) for slot, a in accepted.items()})
 
 
-@router.get("", response_model=OnboardingStatus)
+@router.get("", response_model=OnboardingStatus, responses=responses(422))
 async def status(graph: TenantStore, who: CurrentPrincipal) -> OnboardingStatus:
     """Which slots hold an active onboarding memory (their ids, newest first) and which are
     missing (operators and auditors)."""
