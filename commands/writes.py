@@ -439,12 +439,17 @@ def _answer_retry(event: Event, graph: TenantGraph) -> Accepted:
 
 def restates(graph: TenantGraph, memory_id: str, p: ev.MemoryRemembered) -> bool:
     """Whether ``p`` says what the stored memory says: the same class and the same properties
-    (numbers as numbers), or, for a memory with no properties, the same label once normalised."""
+    (numbers as numbers), or, for a memory with no properties, the same label and content once
+    normalised."""
     stored = get_memory(graph, memory_id)
     if stored is None or stored["memory_class"] != p.memory_class.rsplit("#", 1)[-1]:
         return False
-    if not p.properties:
-        return not stored["properties"] and normalised(stored["label"] or "") == normalised(p.label)
+    if not p.properties:  # its words are all it says
+        return (
+            not stored["properties"]
+            and normalised(stored["label"] or "") == normalised(p.label)
+            and normalised(stored["content"] or "") == normalised(p.content)
+        )
 
     def plain(x: Any) -> Any:
         return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else x

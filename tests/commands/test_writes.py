@@ -152,5 +152,8 @@ def test_ask_before_overwrite_and_retries_of_what_it_decided(settings: Settings)
         sams = Attribution(source="operator", actor=Actor("sam", "user"))
         await c.remember("acme", {**note, "memory_id": "n3", "content": "Mine"}, sams, wait=True)  # re-stated
         assert get_memory(graph_of(), "n2")["content"] == "Mine"  # type: ignore[arg-type,index]
+        # heard again in the same words: nothing written, nobody asked
+        with pytest.raises(Conflicting, match=r"already known as memory n2"):
+            await c.remember("acme", {**note, "memory_id": "n4", "content": " mine "}, agent)
 
     run(settings, scenario)
