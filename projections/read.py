@@ -12,9 +12,11 @@ import math
 from typing import Any
 
 from engram.projections.explain import show
+from engram.projections.plan import GraphState
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
 from engram.projections.visibility import MemoryFilter, everything
+from engram.schemas import sealing
 from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Variable
 
@@ -167,6 +169,18 @@ def memory_evidence(graph: TenantGraph, memory_id: str) -> dict[str, Any] | None
         "turn_ids": turns,
         "text": f"extracted from conversation {conversation}, turns {', '.join(turns)}",
     }
+
+
+def evidence_turn_keys(state: GraphState, memory_id: str) -> list[str]:
+    """The data key ids of the turns a memory was extracted from (none for one that was not):
+    what forgetting the memory destroys besides its own key, so the words it rests on go with it."""
+    m = memory_iri(memory_id)
+    conversations = state.objects(m, e("evidenceConversation"))
+    if not conversations:
+        return []
+    conversation = conversations[0].value
+    turns = sorted(t.value for t in state.objects(m, e("evidenceTurn")))
+    return [sealing.turn_key_id(conversation, turn) for turn in turns]
 
 
 def _class_name(iri: str) -> str:

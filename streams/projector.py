@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from engram.projections.batch import Overlay, Step, plan_batch
+from engram.projections.read import evidence_turn_keys
 from engram.projections.stores import StoreLocked, TenantStores
 from engram.projections.tenant_graph import Outcome, Planned, Status, TenantGraph
 from engram.projections.validation import PLAN_ERRORS, rejection_reason
@@ -226,9 +227,9 @@ async def _apply_run(
     erasing = bool(forgotten) and isinstance(stores.keys, KeyStore)  # the live projection, not a replay
     if erasing:
         stores.begin_erasure(tenant)
-    for memory_id in forgotten if stores.keys else ():
+    for key_id in _forgotten_keys(graph, planned, forgotten) if stores.keys else ():
         # before the commit: a crash between the two applies the forget again, never skips it
-        stores.keys.destroy(tenant, sealing.key_id(memory_id))
+        stores.keys.destroy(tenant, key_id)
     graph = graph or stores.get(tenant, create=True)  # a new tenant's store: made to commit into
     assert graph is not None
     before = graph.handled()
@@ -249,6 +250,17 @@ async def _apply_run(
         if outcome.status is Status.APPLIED and step.event is not None:
             touched = reindexes(step.event)
         results[i] = Result(tenant, outcome, (touched,) if touched else ())
+
+
+def _forgotten_keys(graph: TenantGraph | None, planned: Planned, forgotten: list[str]) -> list[str]:
+    """The keys a run's forgets destroy: each memory's, and the turns it was extracted from (their
+    ids stay, as the memory's node does). Evidence is read from the facts the run leaves, so a
+    memory remembered in the same run counts; no handle on the store is kept (an erasure follows)."""
+    if not forgotten:
+        return []
+    after = Overlay(graph.store if graph is not None else None)
+    after.apply(planned.delta)
+    return [k for m in forgotten for k in (sealing.key_id(m), *evidence_turn_keys(after, m))]
 
 
 async def _snapshot_if_due(

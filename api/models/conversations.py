@@ -64,6 +64,11 @@ class ConversationPublic(BaseModel):
     turns: list[TurnOut]
     extracted_through: int = Field(description="The last seq extraction covered (0: none yet).")
     memory_ids: list[str] = Field(description="The memories extracted from it.")
+    failed_reason: str | None = Field(
+        None,
+        description="Why its last extraction was given up on (the range is dead-lettered); null when it"
+        " succeeded.",
+    )
     last_turn_at: datetime | None
 
 

@@ -91,6 +91,7 @@ async def get_conversation(
         ],
         extracted_through=info.extracted_through,
         memory_ids=list(info.memory_ids),
+        failed_reason=info.failed_reason,
         last_turn_at=info.last_turn_at,
     )
 

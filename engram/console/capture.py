@@ -26,6 +26,7 @@ from engram.settings import Settings
 TIME_FORMATS = ("%d.%m.%Y, %H:%M:%S", "%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y-%m-%d %H:%M:%S")
 SESSION_RE = re.compile(r"^session_(\d+)$")
 CHUNK = 500
+WHERE = "_where"  # where in the file a turn was read (a JSON line's number), for its error
 
 
 def safe_id(text: str) -> str:
@@ -78,23 +79,39 @@ def locomo_turns(doc: dict[str, Any], conversation_id: str, me: str | None) -> I
             }
 
 
-def json_lines(text: str, conversation_id: str) -> Iterator[dict[str, Any]]:
-    for line in text.splitlines():
-        if line.strip():
+def json_lines(text: str, conversation_id: str, problems: list[str]) -> Iterator[dict[str, Any]]:
+    """The turns of a JSON-lines file; a line that is not a JSON object is left out and named in
+    ``problems`` with its number (the others are still imported)."""
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
             turn = json.loads(line)
-            yield {"conversation_id": conversation_id, "role": "user", **turn}
+        except json.JSONDecodeError as exc:
+            problems.append(f"line {n}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if not isinstance(turn, dict):
+            problems.append(f"line {n}: a turn is a JSON object, not {type(turn).__name__}")
+            continue
+        yield {"conversation_id": conversation_id, "role": "user", **turn, WHERE: f"line {n}"}
 
 
-def read_turns_file(path: Path, conversation_id: str, me: str | None) -> list[dict[str, Any]]:
+def read_turns_file(
+    path: Path, conversation_id: str, me: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The file's turns, and the lines left out (JSON lines only: a LoCoMo document is one JSON value)."""
     text = path.read_text(encoding="utf-8")
+    problems: list[str] = []
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
-        return list(json_lines(text, conversation_id))
+        return list(json_lines(text, conversation_id, problems)), problems
+    if isinstance(doc, dict) and "text" in doc:  # JSON lines of one line
+        return list(json_lines(text, conversation_id, problems)), problems
     if isinstance(doc, dict):
-        return list(locomo_turns(doc, conversation_id, me))
+        return list(locomo_turns(doc, conversation_id, me)), problems
     if isinstance(doc, list):
-        return [{"conversation_id": conversation_id, "role": "user", **t} for t in doc]
+        return [{"conversation_id": conversation_id, "role": "user", **t} for t in doc], problems
     raise ValueError(f"{path}: neither a LoCoMo-style conversation nor JSON lines of turns")
 
 
@@ -117,13 +134,13 @@ def import_conversations(settings: Settings, args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     conversation_id = args.conversation or safe_id(path.stem)
-    turns = read_turns_file(path, conversation_id, args.me)
+    turns, unread = read_turns_file(path, conversation_id, args.me)
     actor = Actor("import", "operator", on_behalf_of=args.user)  # the owner is the user it is for
     pipeline = Pipeline(keys=KeyStore(settings.key_store_dir))
     started = time.monotonic()
 
     async def main() -> tuple[int, list[str]]:
-        failed: list[str] = []
+        failed: list[str] = list(unread)
         produced = 0
         await ensure_topics(settings)
         async with EventProducer(settings) as producer:
@@ -150,7 +167,7 @@ def import_conversations(settings: Settings, args: argparse.Namespace) -> int:
                     try:
                         framed.append(pipeline.write(obj))
                     except Exception as exc:  # a bad turn fails alone, with its number
-                        failed.append(f"turn {n}: {exc}")
+                        failed.append(f"{t.get(WHERE) or f'turn {n}'}: {exc}")
                 await producer.send_many(framed)
                 produced += len(framed)
                 bar(start + len(turns[start : start + CHUNK]), len(turns), started)

@@ -134,7 +134,8 @@ def test_who_may_decide_is_who_may_supersede_the_old_memory_never_the_extraction
         "only sam (or an agent on their behalf) may decide a proposal to replace memory roas-3"
     )
     assert refusal({"id": "etl", "role": "pipeline"}) == (
-        "a pipeline may only emit KpiObserved, SpendObserved and ClockTicked"
+        "a pipeline may only emit KpiObserved, SpendObserved, ClockTicked, ConversationTurn"
+        " and TurnsExtracted"
     )
 
 

@@ -147,3 +147,50 @@ def test_an_erasure_a_crash_cut_short_completes_when_the_store_is_next_opened(
     assert reopened is not None and hits() == 0
     assert not (tmp_path / "tenants" / "acme" / "erasing").exists()
     assert "Okapi-92" not in export_nquads(reopened)
+
+
+def feed_batch(stores: TenantStores, values: list[bytes], first: int = 0) -> list[Status]:
+    """``values`` as one batch of the projector (one run of the tenant: planned, then committed)."""
+
+    async def sink(*_: Any) -> None:
+        raise AssertionError("nothing here is dead-lettered")
+
+    recs = [
+        projector.Record(b"acme", value, [], Position(0, first + n, 1_764_547_200_000 + n))
+        for n, value in enumerate(values)
+    ]
+    results = asyncio.run(projector.handle_records(recs, stores, sink, partitions=1))
+    return [r.outcome.status for r in results]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["apart", "one-batch"])
+def test_forgetting_an_extracted_memory_destroys_its_evidence_turns_keys(
+    tmp_path: Path, batched: bool
+) -> None:
+    keys = KeyStore(tmp_path / "keys")
+    turn = {
+        t: keys.data_key("acme", sealing.turn_key_id("c1", t), create=True) for t in ("c1-1", "c1-2", "c1-3")
+    }
+    assert all(turn.values())
+    extracted = remembered(
+        "x1", confidence=0.8, evidence={"conversation_id": "c1", "turn_ids": ["c1-1", "c1-2"]}
+    )
+    lines = [
+        envelope("MemoryRemembered", extracted, source="extraction"),
+        envelope("MemoryRemembered", remembered("k1", label="kept", content="a memory that stays")),
+    ]
+    forget = [envelope("MemoryForgotten", {"memory_id": "x1", "reason": "gdpr"})]
+    stores = TenantStores(tmp_path / "live", keys=keys)
+    if batched:  # remembered and forgotten in one run: its evidence is read from the run's facts
+        assert feed_batch(stores, records([*lines, *forget], keys)) == [Status.APPLIED] * 3
+    else:
+        assert feed_batch(stores, records(lines, keys)) == [Status.APPLIED] * 2
+        assert keys.data_key("acme", sealing.turn_key_id("c1", "c1-1")) is not None
+        assert feed_batch(stores, records(forget, keys), first=2) == [Status.APPLIED]
+    assert keys.data_key("acme", sealing.key_id("x1")) is None
+    assert keys.data_key("acme", sealing.turn_key_id("c1", "c1-1")) is None
+    assert keys.data_key("acme", sealing.turn_key_id("c1", "c1-2")) is None
+    assert keys.data_key("acme", sealing.turn_key_id("c1", "c1-3")) == turn["c1-3"]  # not its evidence
+    assert keys.data_key("acme", sealing.key_id("k1")) is not None
+    graph = stores.get("acme")
+    assert graph is not None and get_memory(graph, "x1") is not None  # the node and its ids stay
