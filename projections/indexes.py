@@ -13,7 +13,7 @@ import dataclasses
 import gc
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,10 @@ TEXT_PREDICATES = ("label", "content")
 ACTIVE, EXPIRED = e("ActiveMemory"), e("Expired")
 LEAN_CACHE = 200_000  # memories whose lean facts are kept (~1 KB each)
 SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector index
+EMBED_BATCH = 64  # memories embedded per call when re-embedding
 Tick = Callable[[int, int], None]
+EmbedMemories = Callable[[Sequence[tuple[str, str]]], np.ndarray]
+"""Vectors (unit rows) of memories given as (label, content), by the model the index holds."""
 
 
 def _holder_keys(user: str | None, teams: Iterable[str]) -> tuple[str, ...]:
@@ -68,9 +71,14 @@ def model_dir(model: str) -> str:
 
 
 class TenantIndexes:
-    def __init__(self, root: Path, graph: TenantGraph, model: str, dim: int) -> None:
+    def __init__(
+        self, root: Path, graph: TenantGraph, model: str, dim: int, embed: EmbedMemories | None = None
+    ) -> None:
+        """``embed`` gives a vector to a memory whose graph holds none of this model: a revised one
+        (its old vector is dropped) as it is refreshed, and any, on ``rebuild(reembed=True)``."""
         self.graph = graph
         self.model = model
+        self.embed = embed
         self._lean: dict[str, MemoryFacts] = {}  # what changes only with the memory's own events
         self._tokens: dict[str, tuple[str, int]] = {}
         self._display: dict[str, MemoryFacts] = {}  # lean facts + label, content, who and when
@@ -122,6 +130,34 @@ class TenantIndexes:
             if vec.shape == (self.vectors.dim,) and np.all(np.isfinite(vec)) and np.any(vec):
                 return vec
         return None
+
+    def stale(self, memory_id: str) -> bool:
+        """Embedded by this index's model, but its vector dropped (a revision changed its words)."""
+        m = memory_iri(memory_id)
+        models = [
+            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
+        ]
+        return (
+            models == [self.model]
+            and next(self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS), None) is None
+        )
+
+    def _embed(self, memory_ids: list[str]) -> dict[str, np.ndarray]:
+        """Fresh vectors of these memories' label and content (none without an ``embed``)."""
+        if self.embed is None or not memory_ids:
+            return {}
+        pairs = []
+        for memory_id in memory_ids:
+            m = memory_iri(memory_id)
+            label, content = (
+                next(
+                    (q.object.value for q in self.graph.store.quads_for_pattern(m, e(p), None, ASSERTED)), ""
+                )
+                for p in ("label", "content")
+            )
+            pairs.append((label, content))
+        vectors = self.embed(pairs)
+        return dict(zip(memory_ids, vectors, strict=True))
 
     def _stored_vectors(self) -> Iterable[tuple[str, Literal]]:
         for q in self.graph.store.quads_for_pattern(None, e("embedding"), None, VECTORS):
@@ -277,7 +313,12 @@ class TenantIndexes:
 
     # -- writing ----------------------------------------------------------------------------
     def refresh(self, memory_ids: Iterable[str]) -> None:
-        """Re-read these memories from the graph into both indexes (not yet committed)."""
+        """Re-read these memories from the graph into both indexes (not yet committed); a revised
+        one whose vector was dropped is embedded again (with ``embed``)."""
+        memory_ids = list(memory_ids)
+        fresh: dict[str, np.ndarray] = {}
+        if self.embed is not None:
+            fresh = self._embed([mid for mid in memory_ids if self.stale(mid) and self.memory_text(mid)])
         for memory_id in memory_ids:
             self._lean.pop(memory_id, None)
             self._display.pop(memory_id, None)
@@ -289,6 +330,8 @@ class TenantIndexes:
             else:
                 self.text.upsert(memory_id, text)
             vector = self.memory_vector(memory_id) if text is not None else None
+            if vector is None:
+                vector = fresh.get(memory_id)
             if vector is None:
                 self.vectors.delete(memory_id)
             else:
@@ -323,8 +366,10 @@ class TenantIndexes:
                 self.refresh(changed)
         self.commit(cp, save_vectors=True)
 
-    def rebuild(self, *, only: str | None = None, tick: Tick | None = None) -> int:
-        """Every memory of the graph into the index(es), from empty; returns how many."""
+    def rebuild(self, *, only: str | None = None, tick: Tick | None = None, reembed: bool = False) -> int:
+        """Every memory of the graph into the index(es), from empty; returns how many. A memory with
+        no vector of this model is embedded (with ``embed``) if it is stale, or with ``reembed``
+        any: a tenant whose memories were embedded by another model."""
         self._lean.clear()
         self._display.clear()
         self._checked.clear()
@@ -333,6 +378,7 @@ class TenantIndexes:
             self.text.clear()
         if only in (None, "vectors"):
             self.vectors.clear()
+        todo: list[str] = []  # memories to embed, a batch at a time
         for i, memory_id in enumerate(ids, start=1):
             text = self.memory_text(memory_id)
             if only in (None, "text") and text is not None:
@@ -341,7 +387,15 @@ class TenantIndexes:
                 vector = self.memory_vector(memory_id)
                 if vector is not None:
                     self.vectors.upsert(memory_id, vector)
-            if tick is not None and (i % 500 == 0 or i == len(ids)):
+                elif self.embed is not None and (reembed or self.stale(memory_id)):
+                    todo.append(memory_id)
+            if len(todo) >= EMBED_BATCH or (todo and i == len(ids)):
+                for mid, vec in self._embed(todo).items():
+                    self.vectors.upsert(mid, vec)
+                todo = []
+            if tick is not None and (
+                i % (EMBED_BATCH if self.embed and reembed else 500) == 0 or i == len(ids)
+            ):
                 tick(i, len(ids))
         return len(ids)
 
