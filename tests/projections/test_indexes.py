@@ -264,9 +264,17 @@ def test_engram_rebuild_index_rebuilds_both_with_progress(
         f"{len(WORDS)} documents, {len(WORDS)} vectors" in out
         and f"{len(WORDS)}/{len(WORDS)} memories" in err
     )
+    assert "0 embedded anew" in out  # every memory had its vector of this model
     t.reopen()
     assert contents(t.indexes()) == before
     assert main(["rebuild-index", "nobody"]) == 1
+    t.stores.close()
+    # the embedder changed: every memory is embedded by the new model, with the figure at the end
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing-32")
+    assert main(["rebuild-index", "t"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{len(WORDS)} vectors (engram/hashing-32; {len(WORDS)} embedded anew)" in out, out
+    assert f"{len(WORDS)}/{len(WORDS)} memories" in err
 
 
 def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:
