@@ -142,22 +142,31 @@ class TenantIndexes:
             and next(self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS), None) is None
         )
 
-    def _embed(self, memory_ids: list[str]) -> dict[str, np.ndarray]:
-        """Fresh vectors of these memories' label and content (none without an ``embed``)."""
-        if self.embed is None or not memory_ids:
-            return {}
-        pairs = []
+    def words(self, memory_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """(label, content) of these memories, leaving out the unknown and the forgotten."""
+        found = {}
         for memory_id in memory_ids:
-            m = memory_iri(memory_id)
-            label, content = (
-                next(
-                    (q.object.value for q in self.graph.store.quads_for_pattern(m, e(p), None, ASSERTED)), ""
+            if self.memory_text(memory_id) is not None:
+                m = memory_iri(memory_id)
+                label, content = (
+                    next(
+                        (q.object.value for q in self.graph.store.quads_for_pattern(m, e(p), None, ASSERTED)),
+                        "",
+                    )
+                    for p in ("label", "content")
                 )
-                for p in ("label", "content")
-            )
-            pairs.append((label, content))
-        vectors = self.embed(pairs)
-        return dict(zip(memory_ids, vectors, strict=True))
+                found[memory_id] = (label, content)
+        return found
+
+    def stale_words(self, memory_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """``words`` of the stale ones: what ``refresh`` embeds (nothing without an ``embed``)."""
+        return self.words(mid for mid in memory_ids if self.stale(mid)) if self.embed is not None else {}
+
+    def embed_words(self, words: dict[str, tuple[str, str]]) -> dict[str, np.ndarray]:
+        """Vectors of ``words`` by ``embed``; reads nothing of the graph, so it may run in a thread."""
+        if self.embed is None or not words:
+            return {}
+        return dict(zip(words, self.embed(list(words.values())), strict=True))
 
     def _stored_vectors(self) -> Iterable[tuple[str, Literal]]:
         for q in self.graph.store.quads_for_pattern(None, e("embedding"), None, VECTORS):
@@ -312,13 +321,13 @@ class TenantIndexes:
         return found[1]
 
     # -- writing ----------------------------------------------------------------------------
-    def refresh(self, memory_ids: Iterable[str]) -> None:
+    def refresh(self, memory_ids: Iterable[str], fresh: dict[str, np.ndarray] | None = None) -> None:
         """Re-read these memories from the graph into both indexes (not yet committed); a revised
-        one whose vector was dropped is embedded again (with ``embed``)."""
+        one whose vector was dropped takes its vector from ``fresh`` (the indexer embeds them off
+        the event loop), else is embedded here (with ``embed``)."""
         memory_ids = list(memory_ids)
-        fresh: dict[str, np.ndarray] = {}
-        if self.embed is not None:
-            fresh = self._embed([mid for mid in memory_ids if self.stale(mid) and self.memory_text(mid)])
+        if fresh is None:
+            fresh = self.embed_words(self.stale_words(memory_ids))
         for memory_id in memory_ids:
             self._lean.pop(memory_id, None)
             self._display.pop(memory_id, None)
@@ -390,7 +399,7 @@ class TenantIndexes:
                 elif self.embed is not None and (reembed or self.stale(memory_id)):
                     todo.append(memory_id)
             if len(todo) >= EMBED_BATCH or (todo and i == len(ids)):
-                for mid, vec in self._embed(todo).items():
+                for mid, vec in self.embed_words(self.words(todo)).items():
                     self.vectors.upsert(mid, vec)
                 todo = []
             if tick is not None and (
