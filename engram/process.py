@@ -178,7 +178,13 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     conversations_app = create_conversations_app(
         settings, conversation_store, stores.keys, on_applied=on_applied, progress=stored_turns
     )
-    runtime.past = AsOfProjections(settings, parts.knowledge, (embedder.name, embedder.dim), parts.snapshots)
+    runtime.past = AsOfProjections(
+        settings,
+        parts.knowledge,
+        (embedder.name, embedder.dim),
+        parts.snapshots,
+        embed=memory_embedding(embedder),
+    )
     stores.erasure_listeners.append(runtime.past.forget_tenant)
     runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
     embedder.embed(["warm up"])  # load the model before the first request needs it

@@ -574,3 +574,8 @@ def test_a_revised_memory_is_recalled_by_its_new_meaning(rserver: tuple[Server, 
     after_money, after_pet = signals(money)["vector"], signals(pet)["vector"]
     assert after_money > before_money + 0.15, (before_money, after_money)
     assert after_pet < before_pet - 0.15, (before_pet, after_pet)
+    # an as_of read replays the tenant and embeds the revised memory as the live indexes did
+    base = f"{srv.url}/v1/tenants/{t}"
+    live = srv.http.post(f"{base}/recall", json={"q": money}).json()
+    past = srv.http.post(f"{base}/recall", params={"as_of": live["now"]}, json={"q": money}).json()
+    assert past == live
