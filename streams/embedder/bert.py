@@ -1,7 +1,8 @@
 """The BERT encoder of all-MiniLM-L6-v2 in numpy: its weights read once, and the forward pass.
 
 Mean pooling over the real tokens is part of the pass; tokenizing, batching and the final L2
-normalisation are the caller's (``streams.embedder.minilm``). The pass is exactly HF BERT with
+normalisation are the caller's (``streams.embedder.minilm``). ``encode_packed`` is the pass in
+use: a batch's tokens end to end, so padding costs nothing but in attention. The pass is exactly HF BERT with
 absolute positions and erf GELU; ``load_bert`` refuses a model that is anything else.
 """
 
@@ -176,7 +177,10 @@ _ATTN_SCORES = 1 << 20  # attention scores held at a time (4 MB): bounds memory 
 
 
 def encode(m: Bert, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Mean-pooled last hidden states, shape (batch, hidden), for right-padded ``ids``."""
+    """Mean-pooled last hidden states, shape (batch, hidden), for right-padded ``ids``.
+
+    The pass ``MiniLM`` ran before ``encode_packed``: kept as the reference that one is tested
+    against, and as ``bench/embed.py``'s "old"."""
     batch, seq = ids.shape
     hidden = m.word.shape[1]
     heads, head_dim = m.heads, hidden // m.heads
