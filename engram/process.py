@@ -35,7 +35,7 @@ from engram.settings import Settings
 from engram.streams.archiver import archive_until
 from engram.streams.asof import AsOfProjections
 from engram.streams.conversations import ConversationLog, create_conversations_app
-from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder
+from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder, memory_embedding
 from engram.streams.embedding_worker import EmbeddingWorker
 from engram.streams.extraction.factory import load_extractor
 from engram.streams.indexer import Indexer
@@ -82,6 +82,7 @@ def compose_projection(settings: Settings) -> Projection:
         knowledge=knowledge,
         vectors=(embedder.name, embedder.dim),
         keys=KeyStore(settings.key_store_dir),
+        embed=memory_embedding(embedder),
     )
     snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
     stores.snapshots = snapshots
@@ -177,7 +178,13 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     conversations_app = create_conversations_app(
         settings, conversation_store, stores.keys, on_applied=on_applied, progress=stored_turns
     )
-    runtime.past = AsOfProjections(settings, parts.knowledge, (embedder.name, embedder.dim), parts.snapshots)
+    runtime.past = AsOfProjections(
+        settings,
+        parts.knowledge,
+        (embedder.name, embedder.dim),
+        parts.snapshots,
+        embed=memory_embedding(embedder),
+    )
     stores.erasure_listeners.append(runtime.past.forget_tenant)
     runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
     embedder.embed(["warm up"])  # load the model before the first request needs it

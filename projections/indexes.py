@@ -13,7 +13,7 @@ import dataclasses
 import gc
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,10 @@ TEXT_PREDICATES = ("label", "content")
 ACTIVE, EXPIRED = e("ActiveMemory"), e("Expired")
 LEAN_CACHE = 200_000  # memories whose lean facts are kept (~1 KB each)
 SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector index
+EMBED_BATCH = 64  # memories embedded per call when re-embedding
 Tick = Callable[[int, int], None]
+EmbedMemories = Callable[[Sequence[tuple[str, str]]], np.ndarray]
+"""Vectors (unit rows) of memories given as (label, content), by the model the index holds."""
 
 
 def _holder_keys(user: str | None, teams: Iterable[str]) -> tuple[str, ...]:
@@ -68,9 +71,14 @@ def model_dir(model: str) -> str:
 
 
 class TenantIndexes:
-    def __init__(self, root: Path, graph: TenantGraph, model: str, dim: int) -> None:
+    def __init__(
+        self, root: Path, graph: TenantGraph, model: str, dim: int, embed: EmbedMemories | None = None
+    ) -> None:
+        """``embed`` gives a vector to a memory whose graph holds none of this model: a revised one
+        (its old vector is dropped) as it is refreshed, and any, on ``rebuild(reembed=True)``."""
         self.graph = graph
         self.model = model
+        self.embed = embed
         self._lean: dict[str, MemoryFacts] = {}  # what changes only with the memory's own events
         self._tokens: dict[str, tuple[str, int]] = {}
         self._display: dict[str, MemoryFacts] = {}  # lean facts + label, content, who and when
@@ -122,6 +130,43 @@ class TenantIndexes:
             if vec.shape == (self.vectors.dim,) and np.all(np.isfinite(vec)) and np.any(vec):
                 return vec
         return None
+
+    def stale(self, memory_id: str) -> bool:
+        """Embedded by this index's model, but its vector dropped (a revision changed its words)."""
+        m = memory_iri(memory_id)
+        models = [
+            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
+        ]
+        return (
+            models == [self.model]
+            and next(self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS), None) is None
+        )
+
+    def words(self, memory_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """(label, content) of these memories, leaving out the unknown and the forgotten."""
+        found = {}
+        for memory_id in memory_ids:
+            if self.memory_text(memory_id) is not None:
+                m = memory_iri(memory_id)
+                label, content = (
+                    next(
+                        (q.object.value for q in self.graph.store.quads_for_pattern(m, e(p), None, ASSERTED)),
+                        "",
+                    )
+                    for p in ("label", "content")
+                )
+                found[memory_id] = (label, content)
+        return found
+
+    def stale_words(self, memory_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """``words`` of the stale ones: what ``refresh`` embeds (nothing without an ``embed``)."""
+        return self.words(mid for mid in memory_ids if self.stale(mid)) if self.embed is not None else {}
+
+    def embed_words(self, words: dict[str, tuple[str, str]]) -> dict[str, np.ndarray]:
+        """Vectors of ``words`` by ``embed``; reads nothing of the graph, so it may run in a thread."""
+        if self.embed is None or not words:
+            return {}
+        return dict(zip(words, self.embed(list(words.values())), strict=True))
 
     def _stored_vectors(self) -> Iterable[tuple[str, Literal]]:
         for q in self.graph.store.quads_for_pattern(None, e("embedding"), None, VECTORS):
@@ -276,8 +321,13 @@ class TenantIndexes:
         return found[1]
 
     # -- writing ----------------------------------------------------------------------------
-    def refresh(self, memory_ids: Iterable[str]) -> None:
-        """Re-read these memories from the graph into both indexes (not yet committed)."""
+    def refresh(self, memory_ids: Iterable[str], fresh: dict[str, np.ndarray] | None = None) -> None:
+        """Re-read these memories from the graph into both indexes (not yet committed); a revised
+        one whose vector was dropped takes its vector from ``fresh`` (the indexer embeds them off
+        the event loop), else is embedded here (with ``embed``)."""
+        memory_ids = list(memory_ids)
+        if fresh is None:
+            fresh = self.embed_words(self.stale_words(memory_ids))
         for memory_id in memory_ids:
             self._lean.pop(memory_id, None)
             self._display.pop(memory_id, None)
@@ -289,6 +339,8 @@ class TenantIndexes:
             else:
                 self.text.upsert(memory_id, text)
             vector = self.memory_vector(memory_id) if text is not None else None
+            if vector is None:
+                vector = fresh.get(memory_id)
             if vector is None:
                 self.vectors.delete(memory_id)
             else:
@@ -323,8 +375,10 @@ class TenantIndexes:
                 self.refresh(changed)
         self.commit(cp, save_vectors=True)
 
-    def rebuild(self, *, only: str | None = None, tick: Tick | None = None) -> int:
-        """Every memory of the graph into the index(es), from empty; returns how many."""
+    def rebuild(self, *, only: str | None = None, tick: Tick | None = None, reembed: bool = False) -> int:
+        """Every memory of the graph into the index(es), from empty; returns how many. A memory with
+        no vector of this model is embedded (with ``embed``) if it is stale, or with ``reembed``
+        any: a tenant whose memories were embedded by another model."""
         self._lean.clear()
         self._display.clear()
         self._checked.clear()
@@ -333,6 +387,7 @@ class TenantIndexes:
             self.text.clear()
         if only in (None, "vectors"):
             self.vectors.clear()
+        todo: list[str] = []  # memories to embed, a batch at a time
         for i, memory_id in enumerate(ids, start=1):
             text = self.memory_text(memory_id)
             if only in (None, "text") and text is not None:
@@ -341,7 +396,15 @@ class TenantIndexes:
                 vector = self.memory_vector(memory_id)
                 if vector is not None:
                     self.vectors.upsert(memory_id, vector)
-            if tick is not None and (i % 500 == 0 or i == len(ids)):
+                elif self.embed is not None and (reembed or self.stale(memory_id)):
+                    todo.append(memory_id)
+            if len(todo) >= EMBED_BATCH or (todo and i == len(ids)):
+                for mid, vec in self.embed_words(self.words(todo)).items():
+                    self.vectors.upsert(mid, vec)
+                todo = []
+            if tick is not None and (
+                i % (EMBED_BATCH if self.embed and reembed else 500) == 0 or i == len(ids)
+            ):
                 tick(i, len(ids))
         return len(ids)
 

@@ -241,6 +241,9 @@ def _revised(b: Builder, p: ev.MemoryRevised) -> None:
         b.replace(m, FIELD_PREDICATES[name], _field_literal(name, value))
     for name, value in p.property_changes.items():
         b.replace(m, e(name), None if value is None else value_literal(value))
+    if "label" in p.changes or "content" in p.changes:
+        # the vector was of the old words: dropped, the model kept, so the indexer embeds it anew
+        b.removes.extend(Quad(m, e("embedding"), o, VECTORS) for o in b.state.vectors(m))
     b.touch(m)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from engram.projections.indexes import TenantIndexes
+from engram.projections.indexes import EmbedMemories, TenantIndexes
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.seams import Keys, Snapshotter
 from engram.projections.tenant_graph import TenantGraph
@@ -59,8 +59,10 @@ class TenantStores:
         knowledge: Knowledge | None = None,
         vectors: tuple[str, int] | None = None,
         keys: Keys | None = None,
+        embed: EmbedMemories | None = None,
     ) -> None:
         """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes.
+        ``embed`` re-embeds a revised memory by that model as the indexes refresh it.
         ``keys`` unseals memory events (without it every sealed event reads as erased)."""
         self.root = root
         self.keys = keys
@@ -69,6 +71,7 @@ class TenantStores:
         self.max_open = max_open
         self.knowledge = knowledge or load_knowledge()
         self.vectors = vectors
+        self.embed = embed
         self._open: OrderedDict[str, TenantGraph] = OrderedDict()
         self._indexes: dict[str, TenantIndexes] = {}
         self._exclusive: dict[str, asyncio.Lock] = {}
@@ -127,7 +130,7 @@ class TenantStores:
         found = self._indexes.get(tenant)
         if found is None or found.graph is not graph:
             model, dim = self.vectors
-            found = self._indexes[tenant] = TenantIndexes(graph.path.parent, graph, model, dim)
+            found = self._indexes[tenant] = TenantIndexes(graph.path.parent, graph, model, dim, self.embed)
         return found
 
     # -- vacuum and erasure: a store rewritten from what it holds now --------------------------

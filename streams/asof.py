@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from engram.projections.indexes import EmbedMemories
 from engram.projections.knowledge import Knowledge
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import TenantGraph
@@ -92,8 +93,11 @@ class AsOfProjections:
         vectors: tuple[str, int] | None,
         snapshots: Snapshots | None = None,
         keep: int = 4,
+        embed: EmbedMemories | None = None,
     ) -> None:
+        """``embed`` embeds a revised memory anew, as the live indexes do (its event dropped the vector)."""
         self.settings, self.knowledge, self.vectors, self.keep = settings, knowledge, vectors, keep
+        self.embed = embed
         self.snapshots = snapshots
         # under the data directory, so an erasure's scan finds them; the leftovers of a process
         # that died are removed, as only one process uses a data directory
@@ -123,7 +127,9 @@ class AsOfProjections:
             before = erasures(self.settings.key_store_dir, tenant)
             root = Path(tempfile.mkdtemp(prefix=f"{tenant}-", dir=self.root))
             keys = ReadOnlyKeys(KeyStore(self.settings.key_store_dir))
-            stores = TenantStores(root, knowledge=self.knowledge, vectors=self.vectors, keys=keys)
+            stores = TenantStores(
+                root, knowledge=self.knowledge, vectors=self.vectors, keys=keys, embed=self.embed
+            )
             graph = await replay_tenant(
                 self.settings,
                 tenant,

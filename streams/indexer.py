@@ -80,7 +80,10 @@ class Indexer:
             if indexes is None:
                 return
             if touched:
-                indexes.refresh(sorted(touched))
+                # a revised memory is embedded anew: in a thread, so the loop (the API) goes on
+                words = indexes.stale_words(sorted(touched))
+                fresh = await asyncio.to_thread(indexes.embed_words, words) if words else {}
+                indexes.refresh(sorted(touched), fresh)
             await asyncio.to_thread(indexes.commit, position)
 
     async def _pass(self) -> None:

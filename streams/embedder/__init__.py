@@ -9,7 +9,9 @@ configured name into an embedder, and every name the package offers is importabl
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
+import numpy as np
 from engram.streams.embedder.base import Embedder
 from engram.streams.embedder.hashing import DEFAULT_HASHING_DIM, HashingEmbedder
 from engram.streams.embedder.minilm import MINILM_ID, MINILM_PACKAGE, MiniLM, minilm_model_dir
@@ -23,6 +25,7 @@ __all__ = [
     "MiniLM",
     "embedding_text",
     "load_embedder",
+    "memory_embedding",
     "minilm_model_dir",
 ]
 
@@ -46,3 +49,13 @@ def load_embedder(name: str) -> Embedder:
 def embedding_text(label: str, content: str) -> str:
     """What a memory's vector is computed from, the same at every producer."""
     return f"{label}\n{content}"
+
+
+def memory_embedding(embedder: Embedder) -> Callable[[Sequence[tuple[str, str]]], np.ndarray]:
+    """Vectors of memories given as (label, content), as a write embeds them: what the indexes use
+    to embed a revised memory again, or a tenant after the model changed."""
+
+    def embed(memories: Sequence[tuple[str, str]]) -> np.ndarray:
+        return embedder.embed([embedding_text(label, content) for label, content in memories])
+
+    return embed

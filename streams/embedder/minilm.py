@@ -100,15 +100,13 @@ class MiniLM:
         m = bert.load_bert(self.model_dir)
         encodings = _tokenizer(self.model_dir, m.max_seq_length).encode_batch(texts)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
-        order = np.argsort(-lengths, kind="stable")  # similar lengths share a batch: little padding
+        # a pass packs its texts' tokens without padding (bert.encode_packed); taking them in length
+        # order still helps its attention, which pads each group of similar lengths to the longest
+        order = np.argsort(-lengths, kind="stable")
         with blas_threads(self.blas_threads):
             for s in range(0, len(texts), self.batch_size):
                 idx = order[s : s + self.batch_size]
-                lens = lengths[idx]
-                ids = np.zeros((len(idx), int(lens.max())), dtype=np.int64)  # [PAD] is id 0
-                for row, i in enumerate(idx):
-                    ids[row, : lens[row]] = encodings[i].ids
-                out[idx] = bert.encode(m, ids, lens)
+                out[idx] = bert.encode_packed(m, [encodings[i].ids for i in idx])
         return normalise_rows(out)
 
     def count_tokens(self, text: str) -> int:

@@ -547,3 +547,35 @@ def test_recall_quality_floor_on_a_realtalk_chat(rserver: tuple[Server, Settings
     r10 = sum(scores) / len(scores)
     print({"chat": REALTALK_CHAT, "questions": len(scores), "R@10": round(r10, 4)})
     assert r10 >= REALTALK_FLOOR_R10
+
+
+def test_a_revised_memory_is_recalled_by_its_new_meaning(rserver: tuple[Server, Settings]) -> None:
+    """Issue 26: a revision of content embeds the memory anew, so a query that shares no word with
+    either text finds it by the vector signal of its new meaning, and no longer by its old one."""
+    srv, _ = rserver
+    t = tenant()
+    write(srv, t, memory_id="m", label="Note", content="Our office dog is a golden retriever named Biscuit.")
+    write(srv, t, memory_id="n", label="Holiday", content="The office closes between Christmas and New Year.")
+
+    def signals(q: str) -> dict[str, Any]:
+        return next(h["signals"] for h in recall(srv, t, q=q, limit=10) if h["id"] == "m")
+
+    money, pet = "advertising budget", "puppy"
+    before_money, before_pet = signals(money)["vector"], signals(pet)["vector"]
+    r = srv.http.patch(
+        f"{srv.url}/v1/tenants/{t}/memories/m",
+        params={"wait": "true"},
+        json={**OPERATOR, "content": "Paid search may spend fifty thousand dollars each quarter."},
+        timeout=40,
+    )
+    assert r.status_code == 202, r.text
+    hits = recall(srv, t, q=money, limit=10)
+    assert hits[0]["id"] == "m" and not hits[0]["signals"]["bm25"]  # no shared word: the vector found it
+    after_money, after_pet = signals(money)["vector"], signals(pet)["vector"]
+    assert after_money > before_money + 0.15, (before_money, after_money)
+    assert after_pet < before_pet - 0.15, (before_pet, after_pet)
+    # an as_of read replays the tenant and embeds the revised memory as the live indexes did
+    base = f"{srv.url}/v1/tenants/{t}"
+    live = srv.http.post(f"{base}/recall", json={"q": money}).json()
+    past = srv.http.post(f"{base}/recall", params={"as_of": live["now"]}, json={"q": money}).json()
+    assert past == live

@@ -18,7 +18,7 @@ from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Status
 from engram.projections.visibility import Principal
 from engram.schemas.events import Position
-from engram.streams.embedder import embedding_text, load_embedder
+from engram.streams.embedder import embedding_text, load_embedder, memory_embedding
 from engram.streams.pipeline import embed_missing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,7 +30,7 @@ WORDS = ["meta", "budget", "headline", "emoji", "tone", "roas", "target", "brand
 
 
 def stores(root: Path) -> TenantStores:
-    return TenantStores(root, vectors=(EMB.name, EMB.dim))
+    return TenantStores(root, vectors=(EMB.name, EMB.dim), embed=memory_embedding(EMB))  # as the projector
 
 
 class Tenant:
@@ -96,6 +96,49 @@ def test_remember_revise_forget_reach_both_indexes(tmp_path: Path) -> None:
     assert [mid for mid, _ in ix.vectors.search(query, 5)] == ["tone"]
     graph = t.stores.get("t")
     assert graph is not None and ix.memory_vector("cap") is None  # the vector left the graph too
+
+
+def test_a_revised_memory_is_found_by_its_new_words_not_its_old(tmp_path: Path) -> None:
+    """A revision of label or content drops the vector of the old words from the graph (the model
+    stays named); the index embeds the memory anew as it refreshes it, and again when rebuilt."""
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("tone", label="Tone", content="No emoji in headlines"))
+    t.apply("MemoryRemembered", remembered("cap", label="Cap", content="meta budget target"))
+    old = EMB.embed([embedding_text("Tone", "No emoji in headlines")])[0]
+    new = EMB.embed([embedding_text("Brand voice", "roas target for brand voice")])[0]
+    t.apply(
+        "MemoryRevised",
+        {"memory_id": "tone", "changes": {"label": "Brand voice", "content": "roas target for brand voice"}},
+    )
+    ix = t.indexes()
+    assert ix.memory_vector("tone") is None and ix.stale("tone")  # the graph holds no stale vector
+    assert ix.vectors.similarities(new, ["tone"])["tone"] > 1 - 1e-5  # exactly the new words' vector
+    assert ix.vectors.similarities(old, ["tone"])["tone"] < 0.5  # the old words' is gone
+    # a revision of other fields keeps the vector it has
+    t.apply("MemoryRevised", {"memory_id": "cap", "changes": {"importance": 4}})
+    assert ix.memory_vector("cap") is not None
+    # rebuilt (a lost index): embedded anew too; without an embedder it has no vector at all
+    ix.rebuild(only="vectors")
+    assert ix.vectors.similarities(new, ["tone"])["tone"] > 1 - 1e-5
+    bare = TenantIndexes(tmp_path / "bare", ix.graph, EMB.name, EMB.dim)
+    assert sorted(bare.vectors.ids.values()) == ["cap"]
+
+
+def test_rebuild_with_reembed_embeds_a_tenant_for_another_model(tmp_path: Path) -> None:
+    """``engram rebuild-index`` after the model changed: every memory embedded by the new one."""
+    t = Tenant(tmp_path)
+    for i, w in enumerate(WORDS[:5]):
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{w} words"))
+    other = load_embedder("hashing-64")
+    graph = t.stores.get("t")
+    assert graph is not None
+    ix = TenantIndexes(tmp_path / "other", graph, other.name, other.dim, memory_embedding(other))
+    assert ix.vectors.count() == 0  # opened: nothing of this model in the graph, nothing embedded
+    ticks: list[tuple[int, int]] = []
+    assert ix.rebuild(reembed=True, tick=lambda done, total: ticks.append((done, total))) == 5
+    assert ix.vectors.count() == 5 and ticks[-1] == (5, 5)
+    query = other.embed([embedding_text("", "budget words")])[0]
+    assert ix.vectors.search(query, 1)[0][0] == "m1"
 
 
 def test_an_index_behind_its_graph_catches_up_when_opened(tmp_path: Path) -> None:
@@ -221,9 +264,17 @@ def test_engram_rebuild_index_rebuilds_both_with_progress(
         f"{len(WORDS)} documents, {len(WORDS)} vectors" in out
         and f"{len(WORDS)}/{len(WORDS)} memories" in err
     )
+    assert "0 embedded anew" in out  # every memory had its vector of this model
     t.reopen()
     assert contents(t.indexes()) == before
     assert main(["rebuild-index", "nobody"]) == 1
+    t.stores.close()
+    # the embedder changed: every memory is embedded by the new model, with the figure at the end
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing-32")
+    assert main(["rebuild-index", "t"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{len(WORDS)} vectors (engram/hashing-32; {len(WORDS)} embedded anew)" in out, out
+    assert f"{len(WORDS)}/{len(WORDS)} memories" in err
 
 
 def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:

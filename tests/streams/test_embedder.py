@@ -90,6 +90,34 @@ def test_batch_equals_one_by_one(minilm: MiniLM, vectors: np.ndarray) -> None:
     np.testing.assert_allclose(reordered, vectors[[4, 0, 4]], rtol=0, atol=TOL)
 
 
+def test_packed_pass_equals_the_padded_one(minilm: MiniLM) -> None:
+    """Packing the batch's tokens (no padding) gives today's padded-batch vectors: one padded batch
+    of every length from 1 to 256 tokens, each row within 1e-6 (float32 sums in another order)."""
+    m = bert.load_bert(minilm.model_dir)
+    rng = np.random.default_rng(5)
+    seqs = [
+        [101, *rng.integers(1000, 30000, n - 2).tolist(), 102] if n > 1 else [101] for n in range(1, 257, 5)
+    ]
+    seqs.append([101, *range(2000, 2254), 102])  # exactly the window
+    lengths = np.array([len(x) for x in seqs])
+    ids = np.zeros((len(seqs), lengths.max()), dtype=np.int64)
+    for row, x in enumerate(seqs):
+        ids[row, : len(x)] = x
+    padded = bert.encode(m, ids, lengths)
+    packed = bert.encode_packed(m, seqs)
+    np.testing.assert_allclose(packed, padded, rtol=0, atol=1e-5 * np.abs(padded).max())
+    cos = (
+        np.einsum("ij,ij->i", packed, padded)
+        / np.linalg.norm(packed, axis=1)
+        / np.linalg.norm(padded, axis=1)
+    )
+    assert float((1 - cos).max()) < 1e-6
+    with pytest.raises(ValueError, match="1 to 256"):
+        bert.encode_packed(m, [[101] * 257])
+    with pytest.raises(ValueError, match="1 to 256"):
+        bert.encode_packed(m, [[]])
+
+
 def test_truncates_at_256_tokens(minilm: MiniLM, vectors: np.ndarray) -> None:
     assert minilm.max_seq_length == 256
     assert minilm.count_tokens(LONG) > 300
@@ -117,13 +145,13 @@ def test_blas_runs_single_threaded_during_embed_and_is_restored(
         pytest.skip("numpy is not linked against OpenBLAS here")
     setter, getter = api
     seen: list[int] = []
-    real_encode = bert.encode
+    real_encode = bert.encode_packed
 
     def spy(*args: object) -> np.ndarray:
         seen.append(getter())
         return real_encode(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(bert, "encode", spy)
+    monkeypatch.setattr(bert, "encode_packed", spy)
     before = getter()
     setter(2)
     try:
