@@ -43,8 +43,9 @@ from engram.settings import Settings, load_settings
 
 OPERATOR = Principal(role="operator")  # who the bench's HTTP token is; every turn is company-scoped
 
-# Each change of the default ranking undone, one at a time (what it contributes), and the ranking
-# before them all (the old weights against the server's wall clock, no conversation context); see
+# Each change of the default ranking undone, one at a time (what it contributes), one rejected
+# alternative, and the ranking before them all (the old weights against the server's wall clock, no
+# conversation context, no feedback, no time expressions); see
 # ``Ranking`` in projections/recall.py.
 OLD_WEIGHTS = {"relevance": 0.70, "recency": 0.15, "forgetting": 0.15}
 ABLATION: dict[str, tuple[Ranking, bool]] = {  # (ranking, against the wall clock)
@@ -54,8 +55,11 @@ ABLATION: dict[str, tuple[Ranking, bool]] = {  # (ranking, against the wall cloc
         False,
     ),
     "without recency and forgetting": (dataclasses.replace(DEFAULT_RANKING, recency=0, forgetting=0), False),
+    "without pseudo-relevance feedback": (dataclasses.replace(DEFAULT_RANKING, feedback_docs=0), False),
+    "without query time expressions": (dataclasses.replace(DEFAULT_RANKING, time_boost=0), False),
+    "with 200 candidates per index (not 100)": (dataclasses.replace(DEFAULT_RANKING, pool=200), False),
     "before (old weights, wall clock, no context)": (
-        dataclasses.replace(DEFAULT_RANKING, context_hits=0, **OLD_WEIGHTS),
+        dataclasses.replace(DEFAULT_RANKING, context_hits=0, feedback_docs=0, time_boost=0, **OLD_WEIGHTS),
         True,
     ),
 }

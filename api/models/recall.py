@@ -51,7 +51,9 @@ class RecallRequest(EdgeModel):
 
 
 class Signals(BaseModel):
-    bm25: float | None = Field(description="BM25 score, if the text index found it")
+    bm25: float | None = Field(
+        description="BM25 score of the query expanded by feedback (the best hits' words), if found"
+    )
     vector: float | None = Field(description="Cosine similarity, if the vector index found it")
     recency: float = Field(description="0.5 ** (age in days / 30), from valid time")
     forgetting: float = Field(description="exp(-age / stability); stability doubles per importance tier")
@@ -59,6 +61,16 @@ class Signals(BaseModel):
         None,
         description="Score lent by a top hit this memory sits next to (same conversation, adjacent in "
         "valid time): 0.2 of the hit's, halved per step away; null if none",
+    )
+    time: float | None = Field(
+        None,
+        description="Boost for a valid time inside what the query names (a date, a month, 'last week'), "
+        "up to 0.2, falling to 0 three days outside it; null if the query names no time",
+    )
+    bm25_query: float | None = Field(
+        None,
+        description="BM25 score of the query's own words; `bm25` is the score once the query was expanded "
+        "by pseudo-relevance feedback (the words of the best 3 hits); null if they do not match",
     )
 
 

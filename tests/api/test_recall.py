@@ -310,7 +310,8 @@ def test_budget_tokens_and_read_your_writes(rserver: tuple[Server, Settings]) ->
     packed = recall(srv, t, q="meta spend", limit=10, budget_tokens=30)
     assert len(packed) < len(full) == 6
     assert sum(h["tokens"] for h in packed) <= 30 and all(h["tokens"] > 0 for h in packed)
-    assert all(set(h["signals"]) == {"bm25", "vector", "recency", "forgetting", "context"} for h in full)
+    keys = {"bm25", "vector", "recency", "forgetting", "context", "time", "bm25_query"}
+    assert all(set(h["signals"]) == keys for h in full)
     scores = [h["score"] for h in full]
     assert scores == sorted(scores, reverse=True)
 
