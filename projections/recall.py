@@ -3,7 +3,10 @@
 Candidates come from both indexes (BM25 and vectors); the graph then decides eligibility (visible
 to the principal, active, not expired, importance and confidence floors, kind and class filters);
 the survivors are ranked by a fusion of the two similarities, blended with recency and a
-forgetting curve and gated by confidence and the class's weight, then packed to a token budget.
+forgetting curve (against the tenant's clock, not the server's) and gated by confidence and the
+class's weight; the best hits then bring in their neighbours (what was said just before and after
+them in the same conversation), which share part of their score; the whole is packed to a token
+budget. Every term of a hit's score is in its ``signals``.
 The fusion methods other than the shipped one stay selectable, because the choice was made by
 measurement (bench/recall.py) and has to stay measurable.
 """
@@ -19,8 +22,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from engram.projections import query_time
 from engram.projections.indexes import TenantIndexes
 from engram.projections.ontology import Ontology
+from engram.projections.text_index import terms
 from engram.projections.vector_index import QueryVector, resolve
 from engram.projections.visibility import MemoryFacts, Principal, held_at
 from engram.schemas import vocabulary as v
@@ -29,10 +34,37 @@ Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
 FUSIONS: tuple[Fusion, ...] = ("default", "bm25", "vector", "rrf", "minmax", "zscore")
 RRF_K = 60
 POOL = 100  # candidates from each index (50 measured 1-2 points lower on REALTALK)
-RELEVANCE, RECENCY, FORGETTING = 0.70, 0.15, 0.15
+# Measured on REALTALK dev against the tenant's clock: 0.15 each (the weights before the clock was
+# the tenant's, when a history older than a few months scored zero on both) cost 2.4 points of R@10
+# (0.543 against 0.567 without them); a small weight still orders equals by age.
+RELEVANCE, RECENCY, FORGETTING = 0.93, 0.035, 0.035
 BM25_WEIGHT = 0.5  # of the normalised-score fusion; the vector similarity has the rest
 RECENCY_HALF_LIFE_DAYS = 30.0
 STABILITY_DAYS = 30.0  # forgetting: a Medium memory keeps e^-1 of its strength after this long
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The default ranking's knobs, each chosen by measurement on REALTALK's dev split
+    (``bench/recall_quality.py``, which also reports each one's contribution: an ablation sets a
+    knob to its "off" value). Not a request parameter: one ranking, measured, for everyone."""
+
+    bm25_weight: float = BM25_WEIGHT
+    relevance: float = RELEVANCE
+    recency: float = RECENCY
+    forgetting: float = FORGETTING
+    context_hits: int = 3  # the best hits whose conversation neighbours are brought in (0: off)
+    context_window: int = 1  # neighbours on each side, in valid time, in the same conversation
+    context_share: float = 0.2  # of the hit's score a neighbour gets (halved per step away)
+    pool: int = POOL  # candidates from each index before fusion (50, 200, 300: no better)
+    feedback_docs: int = 3  # pseudo-relevance feedback: the best hits whose words expand BM25 (0: off)
+    feedback_terms: int = 10  # words added to the BM25 query
+    feedback_weight: float = 0.2  # boost of the best added word (the query's own words have 1)
+    time_boost: float = 0.2  # added for a valid time inside what the query names ("on 5 Jan 2024")
+    time_slack_days: float = 3.0  # the boost falls to 0 this far outside it
+
+
+DEFAULT_RANKING = Ranking()
 
 
 @dataclass(frozen=True)
@@ -90,7 +122,9 @@ def _rrf(*rankings: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def fuse(bm25: Mapping[str, float], vector: Mapping[str, float], method: Fusion) -> dict[str, float]:
+def fuse(
+    bm25: Mapping[str, float], vector: Mapping[str, float], method: Fusion, bm25_weight: float = BM25_WEIGHT
+) -> dict[str, float]:
     """Relevance in [0, 1] per candidate id; a candidate one list lacks counts as its worst there."""
     keys = set(bm25) | set(vector)
     if method == "bm25":
@@ -103,12 +137,12 @@ def fuse(bm25: Mapping[str, float], vector: Mapping[str, float], method: Fusion)
     if method == "zscore":
         zb, zv = _zscore(bm25), _zscore(vector)
         floor_b, floor_v = min(zb.values(), default=0.0), min(zv.values(), default=0.0)
-        raw = {k: BM25_WEIGHT * zb.get(k, floor_b) + (1 - BM25_WEIGHT) * zv.get(k, floor_v) for k in keys}
+        raw = {k: bm25_weight * zb.get(k, floor_b) + (1 - bm25_weight) * zv.get(k, floor_v) for k in keys}
         return _minmax(raw)
     nb, nv = _minmax(bm25), _minmax(vector)  # minmax, and the shipped default
     if not nb or not nv:  # one signal only (no vector index, or no word matched): it alone decides
         return nb or nv
-    return {k: BM25_WEIGHT * nb.get(k, 0.0) + (1 - BM25_WEIGHT) * nv.get(k, 0.0) for k in keys}
+    return {k: bm25_weight * nb.get(k, 0.0) + (1 - bm25_weight) * nv.get(k, 0.0) for k in keys}
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -155,14 +189,25 @@ def rank(
     now: datetime,
     class_weight: Callable[[MemoryFacts], float],
     top: int | None = None,
+    ranking: Ranking = DEFAULT_RANKING,
+    spans: Sequence[tuple[float, float]] = (),
+    extra: Mapping[str, Mapping[str, float | None]] | None = None,
 ) -> list[Hit]:
-    """Candidates best first (the ``top`` best only, when given: the rest are never shown)."""
+    """Candidates best first (the ``top`` best only, when given: the rest are never shown).
+
+    ``spans``: the valid-time intervals the query names (epoch seconds); ``extra``: more signals
+    per candidate id, shown as they are."""
     keep = {m.id for m in candidates}
     relevance = fuse(
-        {k: s for k, s in bm25.items() if k in keep}, {k: s for k, s in vector.items() if k in keep}, method
+        {k: s for k, s in bm25.items() if k in keep},
+        {k: s for k, s in vector.items() if k in keep},
+        method,
+        ranking.bm25_weight,
     )
     now_s = now.timestamp()
     blended = method == "default"
+    timed = blended and bool(spans) and ranking.time_boost > 0
+    slack = ranking.time_slack_days * 86_400
     scored = []
     for m in candidates:
         rel = relevance.get(m.id)
@@ -170,16 +215,93 @@ def rank(
             continue
         age = _age(m.valid_from, now_s)
         rec, fgt = _recency(age), _forgetting(age, m.importance)
-        if blended:
-            score = (RELEVANCE * rel + RECENCY * rec + FORGETTING * fgt) * m.confidence * class_weight(m)
-        else:
-            score = rel
-        scored.append((-score, m.id, m, rec, fgt))  # ids are unique: the comparison stops there
+        score = _blend(ranking, rel, rec, fgt, m, class_weight) if blended else rel
+        tb = 0.0 if timed else None
+        if timed:
+            tb = ranking.time_boost * query_time.boost(
+                _epoch(m.valid_from) if m.valid_from else None, spans, slack
+            )
+            score += tb * m.confidence * class_weight(m)
+        scored.append((-score, m.id, m, rec, fgt, tb))  # ids are unique: the comparison stops there
     best = heapq.nsmallest(top, scored) if top is not None else sorted(scored)
-    return [
-        Hit(m, -neg, {"bm25": bm25.get(mid), "vector": vector.get(mid), "recency": rec, "forgetting": fgt})
-        for neg, mid, m, rec, fgt in best
+    out = []
+    for neg, mid, m, rec, fgt, tb in best:
+        signals: dict[str, float | None] = {
+            "bm25": bm25.get(mid),
+            "vector": vector.get(mid),
+            "recency": rec,
+            "forgetting": fgt,
+            "time": tb,
+            "bm25_query": bm25.get(mid),
+        }
+        if extra is not None:
+            signals.update(extra.get(mid, {}))
+        out.append(Hit(m, -neg, signals))
+    return out
+
+
+def _blend(
+    ranking: Ranking,
+    rel: float,
+    rec: float,
+    fgt: float,
+    m: MemoryFacts,
+    weight: Callable[[MemoryFacts], float],
+) -> float:
+    return (
+        (ranking.relevance * rel + ranking.recency * rec + ranking.forgetting * fgt)
+        * m.confidence
+        * weight(m)
+    )
+
+
+def with_context(
+    hits: Sequence[Hit],
+    neighbours: Callable[[str], Sequence[str]],
+    admit: Callable[[Sequence[str]], list[MemoryFacts]],
+    now: datetime,
+    class_weight: Callable[[MemoryFacts], float],
+    ranking: Ranking,
+) -> list[Hit]:
+    """The hits again, each of the best ``context_hits`` lending ``context_share`` of its score
+    (halved per step away) to its conversation neighbours: the turn that answers a question often
+    sits next to the one that matches it. A neighbour that was no candidate is brought in (when
+    ``admit`` lets it: eligible, visible) with the borrowed score alone; ``signals.context`` says
+    how much of a hit's score was borrowed."""
+    lent: dict[str, float] = {}
+    for hit in hits[: ranking.context_hits]:
+        for i, other in enumerate(neighbours(hit.memory.id)):
+            share = ranking.context_share * hit.score / 2 ** (i // 2)
+            lent[other] = max(lent.get(other, 0.0), share)
+    if not lent:
+        return list(hits)
+    known = {h.memory.id for h in hits}
+    now_s = now.timestamp()
+    out = [
+        Hit(h.memory, h.score + lent.get(h.memory.id, 0.0), {**h.signals, "context": lent.get(h.memory.id)})
+        for h in hits
     ]
+    for m in admit([i for i in lent if i not in known]):
+        age = _age(m.valid_from, now_s)
+        signals = {
+            "bm25": None,
+            "vector": None,
+            "recency": _recency(age),
+            "forgetting": _forgetting(age, m.importance),
+            "time": None,
+            "bm25_query": None,
+        }
+        out.append(Hit(m, lent[m.id], {**signals, "context": lent[m.id]}))
+    out.sort(key=lambda h: (-h.score, h.memory.id))
+    return out
+
+
+def clock_of(indexes: TenantIndexes) -> datetime:
+    """The tenant's clock (``TenantIndexes.clock``); the wall clock only for a tenant with no memory
+    and no clock, where there is nothing to rank."""
+    found = indexes.clock()
+    then = _epoch(found) if found else None
+    return datetime.fromtimestamp(then, UTC) if then is not None else datetime.now(UTC)
 
 
 def pack(
@@ -213,12 +335,20 @@ def search(
     class_weight: Callable[[MemoryFacts], float],
     now: datetime | None = None,
     top: int | None = None,
+    ranking: Ranking = DEFAULT_RANKING,
 ) -> list[Hit]:
     """The search itself: BM25 and vector candidates, eligible ones only, fused and ranked (lean
-    facts: no text yet)."""
-    now = now or datetime.now(UTC)
-    pool = max(POOL, 5 * query.limit)
+    facts: no text yet), against the tenant's clock unless ``now`` is given."""
+    now = now or clock_of(indexes)
+    pool = max(ranking.pool, 5 * query.limit)
     total = max(indexes.text.count(), indexes.vectors.count())
+
+    def admit(memory_ids: Sequence[str]) -> list[MemoryFacts]:
+        found = [f for f in indexes.candidates(memory_ids) if eligible(f, query, who)]
+        if query.valid_at is not None:
+            found = [f for f in found if held_at(indexes.graph, f.id, query.valid_at)]
+        return found
+
     while True:
         bm25 = dict(indexes.text.search(query.q, pool)) if query.fusion != "vector" else {}
         query_vector = resolve(query_vector)  # after the BM25 search, which it may overlap
@@ -229,14 +359,77 @@ def search(
                 vector.update(
                     indexes.vectors.similarities(query_vector, [i for i in bm25 if i not in vector])
                 )
-        found = indexes.candidates(dict.fromkeys([*bm25, *vector]))
-        candidates = [f for f in found if eligible(f, query, who)]
-        if query.valid_at is not None:
-            candidates = [f for f in candidates if held_at(indexes.graph, f.id, query.valid_at)]
+        candidates = admit(list(dict.fromkeys([*bm25, *vector])))
         if len(candidates) >= query.limit or pool >= total or not (bm25 or vector):
             break
         pool *= 4  # most candidates were not eligible: look deeper
-    return rank(candidates, bm25, vector, query.fusion, now, class_weight, top=top)
+    default = query.fusion == "default"
+    spans = [(a.timestamp(), b.timestamp()) for a, b in query_time.intervals(query.q, now)] if default else []
+    extra = None
+    if default and ranking.feedback_docs > 0 and bm25:
+        first = rank(candidates, bm25, vector, "default", now, class_weight, top=ranking.feedback_docs,
+                     ranking=ranking, spans=spans)  # fmt: skip
+        texts = [(indexes.display(h.memory).content, h.score) for h in first]
+        expansion = feedback(query.q, texts, indexes.text.doc_freq, indexes.text.count(), ranking)
+        if expansion:
+            original = bm25
+            bm25 = dict(indexes.text.search(query.q, pool, extra=expansion))
+            if query_vector is not None:
+                vector.update(
+                    indexes.vectors.similarities(query_vector, [i for i in bm25 if i not in vector])
+                )
+            known = {m.id for m in candidates}
+            candidates += admit([i for i in bm25 if i not in known])
+            extra = {m.id: {"bm25_query": original.get(m.id)} for m in candidates}
+    if not default or ranking.context_hits <= 0 or ranking.context_share <= 0:
+        return rank(candidates, bm25, vector, query.fusion, now, class_weight, top=top, ranking=ranking,
+                    spans=spans, extra=extra)  # fmt: skip
+    hits = rank(
+        candidates, bm25, vector, query.fusion, now, class_weight, ranking=ranking, spans=spans, extra=extra
+    )
+    window = ranking.context_window
+    hits = with_context(hits, lambda m: indexes.neighbours(m, window), admit, now, class_weight, ranking)
+    return hits[:top] if top is not None else hits
+
+
+# Words too common in conversation to say what the best hits are about (after stemming).
+STOPWORDS = frozenset(
+    terms(
+        "a about after again all also am an and any are as at be because been before being but by can "
+        "could did do does doing don for from get got had has have having he her here hers him his how i "
+        "if in into is it its just know like me more most my no not now of off oh ok okay on one only or "
+        "other our out over really she should so some such than that the their them then there these "
+        "they this those through to too up us very was we well were what when where which while who why "
+        "will with would yeah yes you your think going go want thing things lot much time good great"
+    )
+)
+
+
+def feedback(
+    q: str,
+    texts: Sequence[tuple[str, float]],
+    doc_freq: Callable[[Sequence[str]], list[int]],
+    total: int,
+    ranking: Ranking,
+) -> dict[str, float]:
+    """RM3-like expansion: the words of the best hits (``texts``: text, score), each weighed by its
+    share of each hit's words times the hit's score, times its rarity in the index; the
+    ``feedback_terms`` best, not already in ``q``, boosted up to ``feedback_weight``."""
+    asked = set(terms(q))
+    mass = sum(score for _, score in texts) or 1.0
+    weight: dict[str, float] = {}
+    for text, score in texts:
+        words = [t for t in terms(text) if t not in STOPWORDS and len(t) > 2 and not t.isdigit()]
+        for t in set(words):
+            if t not in asked:
+                weight[t] = weight.get(t, 0.0) + score / mass * words.count(t) / len(words)
+    if not weight or total <= 0:
+        return {}
+    found = dict(zip(weight, doc_freq(list(weight)), strict=True))
+    scored = {t: w * math.log(1 + total / (1 + found[t])) for t, w in weight.items()}
+    best = heapq.nlargest(ranking.feedback_terms, scored.items(), key=lambda kv: kv[1])
+    top = best[0][1] if best else 0.0
+    return {t: ranking.feedback_weight * w / top for t, w in best if w > 0} if top > 0 else {}
 
 
 def recall(
@@ -248,11 +441,14 @@ def recall(
     count_tokens: Callable[[str], int],
     class_weight: Callable[[MemoryFacts], float],
     now: datetime | None = None,
+    ranking: Ranking = DEFAULT_RANKING,
 ) -> list[Hit]:
     """The search, then the answer: the best hits with their text, packed to the token budget."""
     # the whole memory only for those that may be returned (a budget may skip some of them)
     shown = 3 * query.limit if query.budget_tokens is not None else query.limit
-    hits = search(indexes, query, who, query_vector, class_weight=class_weight, now=now, top=shown)
+    hits = search(
+        indexes, query, who, query_vector, class_weight=class_weight, now=now, top=shown, ranking=ranking
+    )
     full = [Hit(indexes.display(h.memory), h.score, h.signals) for h in hits]
     return pack(full, query.limit, query.budget_tokens, count_tokens, indexes.tokens)
 

@@ -51,10 +51,27 @@ class RecallRequest(EdgeModel):
 
 
 class Signals(BaseModel):
-    bm25: float | None = Field(description="BM25 score, if the text index found it")
+    bm25: float | None = Field(
+        description="BM25 score of the query expanded by feedback (the best hits' words), if found"
+    )
     vector: float | None = Field(description="Cosine similarity, if the vector index found it")
     recency: float = Field(description="0.5 ** (age in days / 30), from valid time")
     forgetting: float = Field(description="exp(-age / stability); stability doubles per importance tier")
+    context: float | None = Field(
+        None,
+        description="Score lent by a top hit this memory sits next to (same conversation, adjacent in "
+        "valid time): 0.2 of the hit's, halved per step away; null if none",
+    )
+    time: float | None = Field(
+        None,
+        description="Boost for a valid time inside what the query names (a date, a month, 'last week'), "
+        "up to 0.2, falling to 0 three days outside it; null if the query names no time",
+    )
+    bm25_query: float | None = Field(
+        None,
+        description="BM25 score of the query's own words; `bm25` is the score once the query was expanded "
+        "by pseudo-relevance feedback (the words of the best 3 hits); null if they do not match",
+    )
 
 
 class RecallHit(BaseModel):
@@ -76,8 +93,12 @@ class RecallAnswer(BaseModel):
     data: list[RecallHit]
     tokens: int = Field(description="Tokens of the results together")
     now: str = Field(
-        description="The clock recency and forgetting were computed against: the read's time (to the "
-        "millisecond), or its as_of time; as_of=now asks the same question again, with the same answer"
+        description="The read's moment: its time (to the millisecond), or its as_of time; as_of=now asks "
+        "the same question again, with the same answer"
+    )
+    clock: str | None = Field(
+        description="The clock recency and forgetting were computed against: the tenant's (its ClockTicked "
+        "clock, else the latest valid time of its memories), never the server's; null for no tenant"
     )
 
 

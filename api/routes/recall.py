@@ -33,7 +33,7 @@ from engram.api.runtime import Runtime
 from engram.projections.context import ContextOptions, build_context
 from engram.projections.memory_tool import memory_tool
 from engram.projections.read import memory_statuses
-from engram.projections.recall import RecallQuery, class_weights, recall
+from engram.projections.recall import RecallQuery, class_weights, clock_of, recall
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.visibility import Principal
 from engram.schemas import vocabulary as v
@@ -55,6 +55,10 @@ def _timing(response: Response, **phases: float) -> None:
     response.headers["Server-Timing"] = ", ".join(f"{k};dur={ms:.2f}" for k, ms in phases.items())
 
 
+def _stamp(when: datetime) -> str:
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 async def _recall(
     runtime: Runtime,
     tenant: str,
@@ -69,13 +73,16 @@ async def _recall(
         past = await past_stores(runtime, tenant, as_of)
         graph, stores = past.graph, past.stores
     indexes = stores.indexes(tenant) if graph is not None else None
-    # the ranking's clock: the as_of time when there is one, else now (to the millisecond, as the
-    # log's times are), so a read asked again with as_of=now is ranked the same
+    # the read's moment: the as_of time when there is one, else now (to the millisecond, as the
+    # log's times are), so a read asked again with as_of=now is answered the same
     ms = as_of.time_ms if as_of is not None and as_of.time_ms is not None else time.time_ns() // 1_000_000
-    now = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
-    stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    stamp = _stamp(datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000))
     if indexes is None:
-        return RecallAnswer(data=[], tokens=0, now=stamp)
+        return RecallAnswer(data=[], tokens=0, now=stamp, clock=None)
+    # the ranking's clock is the tenant's (its clock node, else its latest valid time), read from
+    # the graph the answer comes from, never the server's: an old history is not all "zero
+    # recency", and an as_of read ranks as the live read did then
+    clock = clock_of(indexes)
     started = time.perf_counter()
     vector = runtime.query_vector(body.q if body.fusion != "bm25" else None)
     query = RecallQuery(
@@ -97,7 +104,7 @@ async def _recall(
         vector,
         count_tokens=runtime.embedder.count_tokens,
         class_weight=class_weights(knowledge.ontology),
-        now=now,
+        now=clock,
     )
     data = [
         RecallHit(
@@ -117,7 +124,7 @@ async def _recall(
         for h in hits
     ]
     _timing(response, embed=vector.ms, total=(time.perf_counter() - started) * 1e3)
-    return RecallAnswer(data=data, tokens=sum(h.tokens for h in hits), now=stamp)
+    return RecallAnswer(data=data, tokens=sum(h.tokens for h in hits), now=stamp, clock=_stamp(clock))
 
 
 @router.post("/recall", response_model=RecallAnswer, responses=responses(422))

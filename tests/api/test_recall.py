@@ -310,7 +310,8 @@ def test_budget_tokens_and_read_your_writes(rserver: tuple[Server, Settings]) ->
     packed = recall(srv, t, q="meta spend", limit=10, budget_tokens=30)
     assert len(packed) < len(full) == 6
     assert sum(h["tokens"] for h in packed) <= 30 and all(h["tokens"] > 0 for h in packed)
-    assert all(set(h["signals"]) == {"bm25", "vector", "recency", "forgetting"} for h in full)
+    keys = {"bm25", "vector", "recency", "forgetting", "context", "time", "bm25_query"}
+    assert all(set(h["signals"]) == keys for h in full)
     scores = [h["score"] for h in full]
     assert scores == sorted(scores, reverse=True)
 
@@ -480,6 +481,63 @@ def test_a_snapshot_on_demand_is_where_an_as_of_replay_starts(rserver: tuple[Ser
     user = srv.bearer(t, role="user", user="sam")
     assert srv.http.post(f"{base}/snapshots", headers=user).status_code == 403
     assert srv.http.get(f"{base}/snapshots", headers=user).status_code == 403
+
+
+def test_an_old_history_is_ranked_against_the_tenants_clock(rserver: tuple[Server, Settings]) -> None:
+    """A conversation from 2019 is not all "zero recency" against the server's 2026: recency and
+    forgetting run on the tenant's clock (the latest valid time it holds, then its clock node once
+    one ticks), and the turn next to the best hit comes in with the score it borrowed from it."""
+    srv, settings = rserver
+    t = tenant()
+    said = {**OPERATOR, "source": "extraction", "confidence": 0.9}
+    turns = [
+        ("o1", "2019-03-01T10:00:00Z", "Sam asks", "Where should the team offsite be this spring?"),
+        ("o2", "2019-03-01T10:01:00Z", "Lee answers", "Lisbon, in the first week of May."),
+        ("o3", "2019-03-01T10:02:00Z", "Sam agrees", "Great, book it."),
+    ]
+    for memory_id, when, who, text in turns:  # distinct labels: an equal one would replace it
+        conversation = {"conversation_id": "chat-2019", "turn_ids": [memory_id]}
+        write(
+            srv,
+            t,
+            **said,
+            memory_id=memory_id,
+            occurred_at=when,
+            label=who,
+            content=text,
+            evidence=conversation,
+        )
+    write(srv, t, **OPERATOR, memory_id="budget", occurred_at="2019-01-30T10:02:00Z",
+          label="Offsite budget", content="The team offsite budget is 20k.")  # fmt: skip
+
+    def ask() -> dict[str, Any]:
+        r = srv.http.post(f"{srv.url}/v1/tenants/{t}/recall", json={"q": "where is the team offsite"})
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    answer = ask()
+    assert answer["clock"] == "2019-03-01T10:02:00.000Z" and answer["now"] > "2026", answer
+    hits = {h["id"]: h["signals"] for h in answer["data"]}
+    assert set(hits) == {"o1", "o2", "o3", "budget"}, answer
+    assert hits["o3"]["recency"] == 1.0 and hits["o1"]["recency"] > 0.99  # minutes old, not years
+    assert 0.45 < hits["budget"]["recency"] < 0.55, hits["budget"]  # 30 days: one half-life
+    assert hits["o2"]["context"] and hits["o2"]["context"] > 0, hits  # next to the best hits
+    assert hits["budget"]["context"] is None, hits  # in no conversation: no neighbours
+
+    async def tick() -> None:
+        clock = {"id": "clock", "role": "pipeline"}
+        ev = event_from_json({"type": "ClockTicked", "tenant": t, "source": "system",
+                              "actor": clock, "payload": {"now": "2019-03-31T10:02:00Z"}})  # fmt: skip
+        async with EventProducer(settings) as producer:
+            await producer.send(ev)
+
+    asyncio.run(tick())
+    deadline = time.monotonic() + 20
+    while (answer := ask())["clock"] != "2019-03-31T10:02:00.000Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert answer["clock"] == "2019-03-31T10:02:00.000Z", answer  # the clock node, once it ticked
+    hits = {h["id"]: h["signals"] for h in answer["data"]}
+    assert 0.45 < hits["o3"]["recency"] < 0.55, hits["o3"]
 
 
 def test_recall_refuses_bad_input_with_a_reason(rserver: tuple[Server, Settings]) -> None:

@@ -122,6 +122,9 @@ class Signals(Answer):
     vector: float | None = None
     recency: float | None = None
     forgetting: float | None = None
+    context: float | None = None
+    time: float | None = None
+    bm25_query: float | None = None
 
 
 class RecallHit(Answer):
