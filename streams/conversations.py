@@ -35,6 +35,7 @@ from engram.schemas.events import Actor, Position, event_from_json
 from engram.streams import codec, fetch_guard
 from engram.streams.dead_letters import send_dead_letter
 from engram.streams.extraction.extractor import Turn
+from engram.streams.faust_app import faust_app
 from engram.streams.pipeline import Pipeline, open_event, read_record
 from engram.streams.projector import Record, record_tenant
 from engram.streams.projector_app import as_record
@@ -117,25 +118,7 @@ def create_conversations_app(
     """The conversations agent, its own consumer group (``<projector group>-conversations``).
     ``progress`` hears of every handled record (``?wait=true`` on a turn); ``on_applied`` of every
     applied one (capture's trigger; its failure is logged, never stops the stream)."""
-    fetch_guard.install()
-    app = faust.App(
-        settings.projector_group() + "-conversations",
-        broker=f"kafka://{settings.kafka_bootstrap}",
-        web_enabled=False,
-        datadir=str(settings.data_dir / "faust-conversations"),
-        store="memory://",
-        key_serializer="raw",
-        value_serializer="raw",
-        consumer_auto_offset_reset="earliest",
-        producer_acks=-1,
-        producer_max_request_size=DEAD_LETTER_MAX_BYTES,
-        topic_replication_factor=1,
-        topic_partitions=settings.events_partitions,
-        broker_commit_every=200,
-        broker_commit_interval=1.0,
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
-    )
+    app = faust_app(settings, settings.projector_group() + "-conversations", "faust-conversations")
     conversations = app.topic(settings.conversations_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
 

@@ -10,12 +10,12 @@ import faust
 from engram.projections.progress import Progress
 from engram.projections.stores import TenantStores
 from engram.schemas.events import Position
-from engram.streams import fetch_guard
 from engram.streams.dead_letters import send_dead_letter
+from engram.streams.faust_app import faust_app
 from engram.streams.indexer import Indexer
 from engram.streams.projector import Record, handle_batch_with_retries
 from engram.streams.take import take_available
-from engram.streams.topics import DEAD_LETTER_MAX_BYTES, partition_count
+from engram.streams.topics import partition_count
 
 from engram.settings import Settings
 
@@ -45,26 +45,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
     Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
     indexer, which reports it again once its memories are also searchable.
     """
-    fetch_guard.install()
-    app = faust.App(
-        settings.projector_group(),
-        broker=f"kafka://{settings.kafka_bootstrap}",
-        web_enabled=False,
-        datadir=str(settings.data_dir / "faust"),
-        store="memory://",
-        key_serializer="raw",
-        value_serializer="raw",
-        consumer_auto_offset_reset="earliest",
-        producer_acks=-1,
-        producer_max_request_size=DEAD_LETTER_MAX_BYTES,
-        topic_replication_factor=1,
-        topic_partitions=settings.events_partitions,
-        broker_commit_every=200,
-        broker_commit_interval=1.0,
-        # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
-    )
+    app = faust_app(settings, settings.projector_group(), "faust")
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
 

@@ -1,0 +1,34 @@
+"""The Faust app every agent of engram runs in: raw bytes in and out (the pipeline decodes), one
+consumer group per job, offsets from the start of the log for a new group, idempotent acks."""
+
+from __future__ import annotations
+
+import faust
+from engram.streams import fetch_guard
+from engram.streams.topics import DEAD_LETTER_MAX_BYTES
+
+from engram.settings import Settings
+
+
+def faust_app(settings: Settings, group: str, datadir: str) -> faust.App:
+    """An app in consumer group ``group``, its local state under ``data_dir/datadir``."""
+    fetch_guard.install()
+    return faust.App(
+        group,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        web_enabled=False,
+        datadir=str(settings.data_dir / datadir),
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_max_request_size=DEAD_LETTER_MAX_BYTES,  # a dead letter is a record plus its reason
+        topic_replication_factor=1,
+        topic_partitions=settings.events_partitions,
+        broker_commit_every=200,
+        broker_commit_interval=1.0,
+        # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
+    )
