@@ -32,6 +32,7 @@ from engram.projections.rules import compile as sparql
 from engram.projections.rules.compile import Binding, Value
 from engram.projections.rules.derivations import Derivation, DerivationInput, Explaining
 from engram.projections.rules.incremental import Incremental
+from engram.projections.rules.joins import JoinPlan, compilable
 from engram.projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
 from engram.projections.rules.rank import Ranking, _check_ranks
 from engram.projections.rules.strata import (
@@ -73,6 +74,10 @@ class RuleEngine(Incremental, Ranking, Explaining):
         self._ground_atoms: dict[tuple[int, int, frozenset[str]], list[Atom]] = {}
         # (rule id, skipped literal id) -> the atoms that name a class
         self._class_atoms: dict[tuple[int, int], list[Atom]] = {}
+        # rules whose bodies run as Python joins (``joins``), and their plans by
+        # (rule id, skipped literal id, negations dropped, seeded variables)
+        self._compiled = {id(rule) for rule in program.rules if compilable(rule)}
+        self._plans: dict[tuple[int, int, bool, frozenset[str]], JoinPlan] = {}
 
     # -- store access ---------------------------------------------------------------------
     def _rows(self, store: Store, query: str, graphs: list[NamedNode], stats: UpdateStats | None) -> Any:
@@ -86,10 +91,38 @@ class RuleEngine(Incremental, Ranking, Explaining):
     @staticmethod
     def _in(store: Store, fact: Fact, graphs: Iterable[NamedNode]) -> bool:
         """Whether ``fact`` holds in one of ``graphs``: one scan of the fact's quads, whatever graph."""
-        wanted = frozenset(graphs)
-        return any(
-            q.graph_name in wanted for q in store.quads_for_pattern(fact.subject, fact.predicate, fact.object)
-        )
+        s, p, o = fact.subject, fact.predicate, fact.object
+        return any(Quad(s, p, o, graph) in store for graph in graphs)
+
+    def _plan(
+        self, rule: Rule, skip: BodyLiteral | None, drop_negations: bool, seeded: frozenset[str]
+    ) -> JoinPlan:
+        key = (id(rule), id(skip), drop_negations, seeded)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = JoinPlan(rule, skip, drop_negations, seeded)
+        return plan
+
+    def _joined(
+        self,
+        store: Store,
+        rule: Rule,
+        seeds: list[Binding],
+        graphs: list[NamedNode],
+        skip: BodyLiteral | None,
+        drop_negations: bool,
+    ) -> Iterator[Fact]:
+        """A compiled rule's heads from each seed (or none), each fact once."""
+        seen: set[Fact] = set()
+        heads = rule.heads
+        for seed in seeds or [{}]:
+            plan = self._plan(rule, skip, drop_negations, frozenset(seed))
+            for row in plan.solutions(store, graphs, seed):
+                for head in heads:
+                    fact = instantiate(head, row)
+                    if fact is not None and fact not in seen:
+                        seen.add(fact)
+                        yield fact
 
     def _heads(
         self,
@@ -104,6 +137,9 @@ class RuleEngine(Incremental, Ranking, Explaining):
     ) -> Iterator[Fact]:
         if isinstance(rule.body[0], Rank):  # one group: seeds never narrow it
             yield from self._top(store, rule, rule.body[0], graphs, stats)
+            return
+        if id(rule) in self._compiled:
+            yield from self._joined(store, rule, seeds, graphs, skip, drop_negations)
             return
         if self._no_instance(store, rule, skip, graphs):
             return

@@ -221,6 +221,11 @@ class Incremental:
                 if fact in self._top(store, rule, rule.body[0], graphs.current, stats):
                     return True
                 continue
+            if id(rule) in self._compiled:
+                plan = self._plan(rule, None, False, frozenset(seed))
+                if next(plan.solutions(store, graphs.current, seed), None) is not None:
+                    return True
+                continue
             if not _seedable(seed):
                 if fact in set(self._heads(store, rule, [], graphs.current, stats)):
                     return True
