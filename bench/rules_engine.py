@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engram.projections import tenant_graph
 from engram.projections.knowledge import DEFAULT_RULES_DIR, Knowledge, load_knowledge
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.rules.reference.engine import RuleEngine as ReferenceEngine
@@ -37,6 +38,7 @@ from engram.streams.keystore import KeyStore
 from engram.streams.pipeline import seal as seal_event
 from engram.streams.projector import Record, handle_batch_with_retries
 from engram.streams.topics import partition_for
+from pyoxigraph import Store
 
 from bench.throughput import workload
 
@@ -111,7 +113,12 @@ def main() -> None:
     ap.add_argument("--engines", default=",".join(CONFIGS), help="of off (no rules), old (reference), new")
     ap.add_argument("--profile", choices=CONFIGS, help="profile one run of this configuration instead")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--store", choices=("disk", "memory"), default="disk", help="memory: each tenant an in-memory Store()"
+    )
     args = ap.parse_args()
+    if args.store == "memory":  # the working set in memory, as issue 27 item 2 plans it
+        tenant_graph.Store = lambda *_: Store()  # type: ignore[assignment,misc]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         keys = KeyStore(root / "keys")
@@ -131,7 +138,12 @@ def main() -> None:
                 wall, cpu, inferred = project(config, recs, root, keys, args.batch, None)
                 runs[config].append((wall, cpu))
                 graphs[config] = inferred
-        report: dict[str, Any] = {"events": args.events, "tenants": args.tenants, "batch": args.batch}
+        report: dict[str, Any] = {
+            "events": args.events,
+            "tenants": args.tenants,
+            "batch": args.batch,
+            "store": args.store,
+        }
         for config, times in runs.items():
             rates = [args.events / wall for wall, _ in times]
             per_cpu = [args.events / cpu for _, cpu in times]

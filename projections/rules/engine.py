@@ -91,8 +91,10 @@ class RuleEngine(Incremental, Ranking, Explaining):
     @staticmethod
     def _in(store: Store, fact: Fact, graphs: Iterable[NamedNode]) -> bool:
         """Whether ``fact`` holds in one of ``graphs``: one scan of the fact's quads, whatever graph."""
-        s, p, o = fact.subject, fact.predicate, fact.object
-        return any(Quad(s, p, o, graph) in store for graph in graphs)
+        wanted = frozenset(graphs)
+        return any(
+            q.graph_name in wanted for q in store.quads_for_pattern(fact.subject, fact.predicate, fact.object)
+        )
 
     def _plan(
         self, rule: Rule, skip: BodyLiteral | None, drop_negations: bool, seeded: frozenset[str]
@@ -114,10 +116,10 @@ class RuleEngine(Incremental, Ranking, Explaining):
     ) -> Iterator[Fact]:
         """A compiled rule's heads from each seed (or none), each fact once."""
         seen: set[Fact] = set()
-        heads = rule.heads
+        heads, wanted = rule.heads, frozenset(graphs)
         for seed in seeds or [{}]:
             plan = self._plan(rule, skip, drop_negations, frozenset(seed))
-            for row in plan.solutions(store, graphs, seed):
+            for row in plan.solutions(store, wanted, seed):
                 for head in heads:
                     fact = instantiate(head, row)
                     if fact is not None and fact not in seen:

@@ -25,7 +25,6 @@ from engram.projections.rules.strata import (
     _seedable,
     _Stratum,
     _Trigger,
-    unify,
 )
 from pyoxigraph import Quad, QueryBoolean, Store, Triple
 
@@ -213,8 +212,8 @@ class Incremental:
     def _derivable(
         self: RuleEngine, store: Store, graphs: Graphs, stratum: _Stratum, fact: Fact, stats: UpdateStats
     ) -> bool:
-        for rule, head in stratum.heads:
-            seed = unify(head, fact)
+        for rule, _, match in stratum.head_unifiers:
+            seed = match(fact)
             if seed is None:
                 continue
             if isinstance(rule.body[0], Rank):  # no other rule derives its facts: not reached today
@@ -223,7 +222,7 @@ class Incremental:
                 continue
             if id(rule) in self._compiled:
                 plan = self._plan(rule, None, False, frozenset(seed))
-                if next(plan.solutions(store, graphs.current, seed), None) is not None:
+                if next(plan.solutions(store, frozenset(graphs.current), seed), None) is not None:
                     return True
                 continue
             if not _seedable(seed):

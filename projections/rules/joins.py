@@ -14,15 +14,16 @@ oxigraph's, not re-implemented here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
-from engram.projections.rules.compile import Binding, Value, negation_locals, order_atoms
-from engram.projections.rules.program import Atom, BodyLiteral, Filter, Negation, Rule, Var
-from pyoxigraph import Literal, NamedNode, Quad, Store
+from engram.projections.rules.compile import Binding, Value, negation_locals
+from engram.projections.rules.program import RDF_TYPE, Atom, BodyLiteral, Filter, Negation, Rule, Var
+from pyoxigraph import Literal, NamedNode, Store
 
 Row = dict[str, Value]
 # A step extends one partial solution: (store, graphs, solution) -> the solutions it extends to.
-Step = Callable[[Store, Sequence[NamedNode], Row], Iterator[Row]]
+Step = Callable[[Store, frozenset[NamedNode], Row], Iterator[Row]]
+RDF_TYPE_NODE = NamedNode(RDF_TYPE)
 _NOT_EQUAL = re.compile(r"\s*\?([A-Za-z_]\w*)\s*!=\s*\?([A-Za-z_]\w*)\s*")
 
 
@@ -32,11 +33,39 @@ def compilable(rule: Rule) -> bool:
     for literal in rule.body:
         if isinstance(literal, Atom | Negation):
             continue
-        if isinstance(literal, Filter) and (m := _NOT_EQUAL.fullmatch(literal.expr)):
-            if {m.group(1), m.group(2)} <= subjects:
-                continue
+        m = _NOT_EQUAL.fullmatch(literal.expr) if isinstance(literal, Filter) else None
+        if m is not None and {m.group(1), m.group(2)} <= subjects:
+            continue
         return False
     return True
+
+
+def _score(atom: Atom, bound: set[str]) -> tuple[int, int]:
+    """How selective an atom is once ``bound`` variables are known (higher joins first): a known
+    subject most, then a known object; a variable already bound (one node: a memory, an
+    association) before a constant (a status many nodes share), a class last of the constants;
+    fewer new variables break ties."""
+    score = 0
+    for term, if_bound, if_constant in ((atom.s, 16, 12), (atom.o, 6, 3), (atom.p, 1, 1)):
+        if isinstance(term, Var):
+            score += if_bound if term.name in bound else 0
+        else:
+            score += if_constant
+    if atom.p == RDF_TYPE_NODE and not isinstance(atom.o, Var):
+        score -= 1
+    return score, -len(atom.vars - bound)
+
+
+def order_atoms(atoms: list[Atom], bound: set[str]) -> list[Atom]:
+    """Greedy join order: the most selective atom next, given what the ones before bind."""
+    bound = set(bound)
+    rest, ordered = list(atoms), []
+    while rest:
+        best = max(rest, key=lambda atom: _score(atom, bound))
+        rest.remove(best)
+        ordered.append(best)
+        bound |= best.vars
+    return ordered
 
 
 def _atom_step(atom: Atom, bound: frozenset[str]) -> Step:
@@ -61,39 +90,40 @@ def _atom_step(atom: Atom, bound: frozenset[str]) -> Step:
 
     if not names:  # ground once bound: a membership test
 
-        def ground(store: Store, graphs: Sequence[NamedNode], row: Row) -> Iterator[Row]:
+        def ground(store: Store, graphs: frozenset[NamedNode], row: Row) -> Iterator[Row]:
             s = cs if rs is None else row[rs]
             p = cp if rp is None else row[rp]
             o = co if ro is None else row[ro]
             if isinstance(s, Literal) or not isinstance(p, NamedNode):
                 return
-            for graph in graphs:
-                if Quad(s, p, o, graph) in store:  # type: ignore[arg-type]
+            for quad in store.quads_for_pattern(s, p, o):  # type: ignore[arg-type]
+                if quad.graph_name in graphs:
                     yield row
                     return
 
         return ground
 
-    def match(store: Store, graphs: Sequence[NamedNode], row: Row) -> Iterator[Row]:
+    def match(store: Store, graphs: frozenset[NamedNode], row: Row) -> Iterator[Row]:
         s = cs if rs is None else row[rs]
         p = cp if rp is None else row[rp]
         o = co if ro is None else row[ro]
         if isinstance(s, Literal) or (p is not None and not isinstance(p, NamedNode)):
             return
-        for graph in graphs:
-            for quad in store.quads_for_pattern(s, p, o, graph):  # type: ignore[arg-type]
-                out = dict(row)
-                if ns is not None:
-                    out[ns] = quad.subject
-                if np_ is not None:
-                    if repeated and out.get(np_, quad.predicate) != quad.predicate:
-                        continue
-                    out[np_] = quad.predicate
-                if no is not None:
-                    if repeated and out.get(no, quad.object) != quad.object:
-                        continue
-                    out[no] = quad.object
-                yield out
+        for quad in store.quads_for_pattern(s, p, o):  # type: ignore[arg-type]
+            if quad.graph_name not in graphs:
+                continue
+            out = dict(row)
+            if ns is not None:
+                out[ns] = quad.subject
+            if np_ is not None:
+                if repeated and out.get(np_, quad.predicate) != quad.predicate:
+                    continue
+                out[np_] = quad.predicate
+            if no is not None:
+                if repeated and out.get(no, quad.object) != quad.object:
+                    continue
+                out[no] = quad.object
+            yield out
 
     return match
 
@@ -132,14 +162,14 @@ class JoinPlan:
         self.steps += [_not_equal_step(condition) for condition in pending_filters]
         self.steps += [_negation_step(neg, bound) for neg, _ in pending_negations]
 
-    def solutions(self, store: Store, graphs: Sequence[NamedNode], seed: Binding) -> Iterator[Row]:
+    def solutions(self, store: Store, graphs: frozenset[NamedNode], seed: Binding) -> Iterator[Row]:
         rows: Iterator[Row] = iter((dict(seed),))
         for step in self.steps:
             rows = _chain(step, store, graphs, rows)
         return rows
 
 
-def _chain(step: Step, store: Store, graphs: Sequence[NamedNode], rows: Iterator[Row]) -> Iterator[Row]:
+def _chain(step: Step, store: Store, graphs: frozenset[NamedNode], rows: Iterator[Row]) -> Iterator[Row]:
     for row in rows:
         yield from step(store, graphs, row)
 
@@ -153,7 +183,7 @@ def _not_equal_step(condition: Filter) -> Step:
     assert m is not None  # ``compilable`` admitted only these
     left, right = m.group(1), m.group(2)
 
-    def not_equal(store: Store, graphs: Sequence[NamedNode], row: Row) -> Iterator[Row]:
+    def not_equal(store: Store, graphs: frozenset[NamedNode], row: Row) -> Iterator[Row]:
         a, b = row.get(left), row.get(right)
         if a is not None and b is not None and a != b:  # an unbound side is an error: false
             yield row
@@ -166,7 +196,7 @@ def _negation_step(negation: Negation, bound: frozenset[str]) -> Step:
     inner = Rule((), tuple(negation.atoms), "", "")
     plan = JoinPlan(inner, None, True, bound)
 
-    def absent(store: Store, graphs: Sequence[NamedNode], row: Row) -> Iterator[Row]:
+    def absent(store: Store, graphs: frozenset[NamedNode], row: Row) -> Iterator[Row]:
         if next(plan.solutions(store, graphs, row), None) is None:
             yield row
 

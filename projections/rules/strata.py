@@ -8,12 +8,12 @@ that read them. Matching a fact to an atom (``unify``) and back (``instantiate``
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engram.projections.rules import compile as sparql
 from engram.projections.rules.compile import Binding, Value
-from engram.projections.rules.program import RDF_TYPE, Aggregate, Atom, Negation, Rank, Rule, Var
+from engram.projections.rules.program import RDF_TYPE, Aggregate, Atom, Negation, Rank, Rule, Term, Var
 from engram.projections.rules.stratify import body_atoms, unifiable
 from pyoxigraph import BlankNode, Literal, NamedNode, QuerySolution, Triple
 
@@ -71,6 +71,10 @@ class _Trigger:
     atom: Atom
     kind: TriggerKind
     local_vars: frozenset[str] = frozenset()  # of a negation: existential, so never seeded
+    unify: Callable[[Fact], Binding | None] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unify", compile_unify(self.atom))
 
 
 @dataclass
@@ -98,6 +102,9 @@ class _Stratum:
     heads: list[tuple[Rule, Atom]] = field(default_factory=list)
     _by_kinds: dict[tuple[TriggerKind, ...], dict[str | None, _Fired]] = field(
         default_factory=dict, repr=False
+    )
+    _head_unifiers: tuple[tuple[Rule, Atom, Callable[[Fact], Binding | None]], ...] | None = field(
+        default=None, repr=False
     )
 
     @property
@@ -159,7 +166,7 @@ class _Stratum:
             if isinstance(triggers, dict):
                 triggers = triggers.get(fact.object.value) or triggers[None]
             for trigger in triggers:
-                if (seed := unify(trigger.atom, fact)) is not None:
+                if (seed := trigger.unify(fact)) is not None:
                     out.append((trigger, seed))
         return out
 
@@ -167,8 +174,18 @@ class _Stratum:
         """Triggers fired by facts read positively, and by facts read under NOT; both fire aggregates."""
         return self.matches_all(positive, READ_AS_IS) + self.matches_all(negative, READ_UNDER_NOT)
 
+    @property
+    def head_unifiers(self) -> tuple[tuple[Rule, Atom, Callable[[Fact], Binding | None]], ...]:
+        """(rule, head, the head's compiled ``unify``) for every head here, made once."""
+        unifiers = self._head_unifiers
+        if unifiers is None:
+            unifiers = self._head_unifiers = tuple(
+                (rule, head, compile_unify(head)) for rule, head in self.heads
+            )
+        return unifiers
+
     def produces(self, fact: Fact) -> bool:
-        return any(unify(head, fact) is not None for _, head in self.heads)
+        return any(match(fact) is not None for _, _, match in self.head_unifiers)
 
 
 def _seedable(seed: Binding) -> bool:
@@ -185,6 +202,38 @@ def unify(atom: Atom, fact: Fact) -> Binding | None:
         elif term != value:
             return None
     return binding
+
+
+_UNIFIERS: dict[Atom, Callable[[Fact], Binding | None]] = {}
+
+
+def compile_unify(atom: Atom) -> Callable[[Fact], Binding | None]:
+    """``unify`` for one atom as generated code: its constants compared first, then a repeated
+    variable's values, then the binding built in one dict display (no loop, no ``isinstance``)."""
+    found = _UNIFIERS.get(atom)
+    if found is not None:
+        return found
+    fields = ("subject", "predicate", "object")
+    constants: dict[str, Term] = {}
+    checks: list[str] = []
+    first: dict[str, str] = {}  # variable -> the field it is read from first
+    for position, (term, name) in enumerate(zip(atom.terms, fields, strict=True)):
+        if isinstance(term, Var):
+            if term.name in first:
+                checks.append(f"fact.{first[term.name]} != fact.{name}")
+            else:
+                first[term.name] = name
+        else:
+            constants[f"c{position}"] = term
+            checks.insert(0, f"fact.{name} != c{position}")
+    order = sorted(checks, key=lambda check: ("predicate" not in check, "object" not in check))
+    body = "".join(f"    if {check}:\n        return None\n" for check in order)
+    binding = ", ".join(f"{var!r}: fact.{name}" for var, name in first.items())
+    source = f"def unify(fact):\n{body}    return {{{binding}}}\n"
+    namespace: dict[str, object] = dict(constants)
+    exec(compile(source, f"<unify {atom}>", "exec"), namespace)
+    found = _UNIFIERS[atom] = namespace["unify"]  # type: ignore[assignment]
+    return found
 
 
 def instantiate(atom: Atom, row: Binding | QuerySolution) -> Fact | None:

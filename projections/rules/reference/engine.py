@@ -28,11 +28,11 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from engram.projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
 from engram.projections.rules.reference import compile as sparql
 from engram.projections.rules.reference.compile import Binding, Value
 from engram.projections.rules.reference.derivations import Derivation, DerivationInput, Explaining
 from engram.projections.rules.reference.incremental import Incremental
-from engram.projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
 from engram.projections.rules.reference.rank import Ranking, _check_ranks
 from engram.projections.rules.reference.strata import (
     RDF_TYPE_NODE,
