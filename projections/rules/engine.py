@@ -78,6 +78,19 @@ class RuleEngine(Incremental, Ranking, Explaining):
         # (rule id, skipped literal id, negations dropped, seeded variables)
         self._compiled = {id(rule) for rule in program.rules if compilable(rule)}
         self._plans: dict[tuple[int, int, bool, frozenset[str]], JoinPlan] = {}
+        # by a head's predicate IRI (None: a variable), the strata whose heads may produce it
+        producers: dict[str | None, set[int]] = {}
+        for level, stratum in enumerate(self.strata):
+            for _, head in stratum.heads:
+                predicate = head.p.value if isinstance(head.p, NamedNode) else None
+                producers.setdefault(predicate, set()).add(level)
+        anywhere = producers.get(None, set())
+        self._producers = {p: tuple(sorted(levels | anywhere)) for p, levels in producers.items()}
+        self._producers_anywhere = tuple(sorted(anywhere))
+
+    def _producing(self, fact: Fact) -> tuple[int, ...]:
+        """The strata (levels, lowest first) with a head that may produce ``fact``."""
+        return self._producers.get(fact.predicate.value, self._producers_anywhere)
 
     # -- store access ---------------------------------------------------------------------
     def _rows(self, store: Store, query: str, graphs: list[NamedNode], stats: UpdateStats | None) -> Any:

@@ -58,6 +58,7 @@ class Incremental:
         lost = list(removed)
         lost_ever = list(removed)  # `lost` are those of these not back by now
         routes = _Routes(self._readers)
+        looked = 0  # `gained[looked:]` came after the last look at `lost`
         try:
             for level, stratum in enumerate(self.strata):
                 if stratum.rank is not None:
@@ -75,13 +76,21 @@ class Incremental:
                 # Aggregate heads of over-deleted groups are recomputed by the insertion below,
                 # so asking each one again (a whole aggregate apiece) would be wasted.
                 recheck = [] if stratum.aggregate_only else overdeleted
-                candidates = recheck + [fact for fact in lost if stratum.produces(fact)]
+                candidates = recheck + [
+                    fact for fact in lost if level in self._producing(fact) and stratum.produces(fact)
+                ]
                 self._rederive(store, graphs, self.strata[: level + 1], candidates, stats)
+                # A lost fact is back only if added since the last look: rederived here (so a
+                # head of this stratum) or gained since (inserted or ranked below); asking the
+                # store about every lost fact at every stratum cost more than the rules.
+                since, current = set(gained[looked:]), graphs.current
                 lost = [
                     fact
                     for fact in dict.fromkeys(lost + overdeleted)
-                    if not self._in(store, fact, graphs.current)
+                    if not (fact in since or level in self._producing(fact))
+                    or not self._in(store, fact, current)
                 ]
+                looked = len(gained)
                 lost_ever += overdeleted
                 here_gained, here_lost = routes.at(gained, level), routes.still(lost_ever, lost, level)
                 gained += self._insert(store, graphs, stratum, here_gained, here_lost, stats)
@@ -203,7 +212,11 @@ class Incremental:
             for fact in list(pending):
                 if self._in(store, fact, graphs.current):
                     pending.remove(fact)
-                elif any(self._derivable(store, graphs, stratum, fact, stats) for stratum in strata):
+                elif any(
+                    self._derivable(store, graphs, strata[level], fact, stats)
+                    for level in self._producing(fact)
+                    if level < len(strata)
+                ):
                     store.add(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
                     stats.rederived += 1
                     pending.remove(fact)

@@ -8,7 +8,7 @@ that read them. Matching a fact to an atom (``unify``) and back (``instantiate``
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from engram.projections.rules import compile as sparql
@@ -155,9 +155,11 @@ class _Stratum:
         return self.matches_all([fact], kinds)
 
     def matches_all(
-        self, facts: Iterable[Fact], kinds: tuple[TriggerKind, ...]
+        self, facts: Collection[Fact], kinds: tuple[TriggerKind, ...]
     ) -> list[tuple[_Trigger, Binding]]:
         """Every (trigger, seed) the facts fire; a fact no atom of this stratum reads costs a lookup."""
+        if not facts:  # most strata see no change of an update: not even the index is needed
+            return []
         index = self.by_predicate(kinds)
         anywhere = index[None]
         out = []
