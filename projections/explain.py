@@ -12,6 +12,7 @@ import string
 from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
+from engram.projections.conflict_sets import CONFLICTS_WITH, conflict_quads, explain_pair
 from engram.projections.rules.compile import Value
 from engram.projections.rules.engine import Derivation
 from engram.projections.tenant_graph import TenantGraph
@@ -130,10 +131,15 @@ def inferred_about(
     what the principal may see: a fact that names a hidden memory, or that every derivation of
     derives through one, is left out, as it would not be there without that memory."""
     out: list[InferredView] = []
-    for quad in sorted(graph.store.quads_for_pattern(subject, None, None, INFERRED), key=str):
+    stored = graph.store.quads_for_pattern(subject, None, None, INFERRED)
+    quads = [*stored, *conflict_quads(graph.store, subject)]
+    for quad in sorted(quads, key=str):
         if not fact_shown(quad.triple, sees):
             continue
-        derivations = graph.explain(quad.triple, depth=depth)
+        if quad.predicate == CONFLICTS_WITH:  # read from the conflict sets, not stored
+            derivations = explain_pair(graph, quad.triple, depth=depth)
+        else:
+            derivations = graph.explain(quad.triple, depth=depth)
         kept = [d for d in (seen_derivation(d, sees) for d in derivations) if d is not None]
         if derivations and not kept:
             continue
