@@ -7,7 +7,9 @@ them), the events applied in batches as the projector takes them. Workloads run 
 ``--runs`` times each: same-label and unique-label, and with ``--pairwise`` the same two under the
 old pairwise rule (``PAIRWISE``, swapped into a copy of the rule files), so before and after are
 measured side by side in one run. Reports min/median wall-clock events/s, events per CPU-second
-(``time.process_time``) and the inferred facts a tenant ends with. Prints one JSON object.
+(``time.process_time``), the inferred facts a tenant ends with, and the median milliseconds of the
+reads that list a memory's conflicts (``read_*``; the pairs are read, not stored, so they cost
+there). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from engram.projections.batch import Step
+from engram.projections.explain import derived_for_memory
 from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, Knowledge, load_knowledge
+from engram.projections.read import list_memory_ids
+from engram.projections.resolve import conflict_sets
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import INFERRED
+from engram.projections.visibility import everything, inferred_by_name
 from engram.schemas.events import Event, Position, event_from_json
 
 ACTOR = {"id": "bench", "role": "operator"}
@@ -82,7 +88,23 @@ def ingest(knowledge: Knowledge, events: list[tuple[str, Event]], root: Path, ba
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     first = graphs[min(graphs)]
     inferred = sum(1 for _ in first.store.quads_for_pattern(None, None, None, INFERRED))
-    return {"wall": wall, "cpu": cpu, "inferred_facts_per_tenant": inferred}
+    return {"wall": wall, "cpu": cpu, "inferred_facts_per_tenant": inferred, **reads(first)}
+
+
+def reads(graph: TenantGraph) -> dict[str, float]:
+    """Milliseconds of the reads that list a memory's conflicts: its view's derived facts (with
+    one explanation each), its derived facts by name (the context's), and ``resolve``'s sets."""
+    memory_id = next(iter(list_memory_ids(graph)))
+    out = {}
+    for name, read in (
+        ("read_memory_derived_ms", lambda: derived_for_memory(graph, memory_id)),
+        ("read_inferred_by_name_ms", lambda: inferred_by_name(graph, memory_id)),
+        ("read_conflict_sets_ms", lambda: conflict_sets(graph, everything)),
+    ):
+        start = time.perf_counter()
+        read()
+        out[name] = (time.perf_counter() - start) * 1000
+    return out
 
 
 def main() -> None:
@@ -125,6 +147,11 @@ def main() -> None:
                 "events_per_cpu_s_min": round(per_cpu[0], 1),
                 "events_per_cpu_s_median": round(statistics.median(per_cpu), 1),
                 "inferred_facts_per_tenant": runs[-1]["inferred_facts_per_tenant"],
+                **{
+                    key: round(statistics.median(r[key] for r in runs), 1)
+                    for key in runs[0]
+                    if key.startswith("read_")
+                },
             }
         for engine in engines:
             same, unique = report[f"{engine}_same_label"], report[f"{engine}_unique_label"]

@@ -10,8 +10,6 @@ explained by the read-time rule below over the two memberships.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from engram.projections.rules.derivations import Derivation, DerivationInput
 from engram.projections.rules.program import Rule
 from engram.projections.rules.syntax import parse_rules
@@ -62,9 +60,13 @@ def all_sets(store: Store) -> list[list[NamedNode]]:
     return [sorted(found, key=lambda n: n.value) for found in members.values() if len(found) >= 2]
 
 
-def explain_pair(graph: TenantGraph, fact: Triple, *, depth: int) -> list[Derivation]:
+def explain_pair(
+    graph: TenantGraph, fact: Triple, *, depth: int, memo: dict[Triple, list[Derivation]] | None = None
+) -> list[Derivation]:
     """Why ``a conflictsWith b`` holds: one derivation per set they share, reading both
-    memberships (each explained in turn by its rule, down to ``depth``)."""
+    memberships (each explained in turn by its rule, down to ``depth``). ``memo`` keeps the
+    memberships explained across the pairs of one answer (``a``'s is the same for all of them)."""
+    memo = {} if memo is None else memo
     a, b = fact.subject, fact.object
     if fact.predicate != CONFLICTS_WITH or not isinstance(a, NamedNode) or not isinstance(b, NamedNode):
         return []
@@ -74,7 +76,11 @@ def explain_pair(graph: TenantGraph, fact: Triple, *, depth: int) -> list[Deriva
         if Quad(b, IN_SET, found, INFERRED) not in store:  # type: ignore[arg-type]
             continue
         reads = [Triple(member, IN_SET, found) for member in (a, b)]  # type: ignore[arg-type]
-        because = [graph.explain(read, depth=max(depth - 1, 0)) for read in reads]
+        because = []
+        for read in reads:
+            if read not in memo:
+                memo[read] = graph.explain(read, depth=max(depth - 1, 0))
+            because.append(memo[read])
         words = dict(because[0][0].bindings) if because[0] else {}  # the key, scope and holder
         inputs = tuple(
             DerivationInput(read, False, tuple(why) if depth > 0 else ())
@@ -82,8 +88,3 @@ def explain_pair(graph: TenantGraph, fact: Triple, *, depth: int) -> list[Deriva
         )
         out.append(Derivation(PAIRING, {**words, "a": a, "b": b, "set": found}, inputs))  # type: ignore[dict-item]
     return out
-
-
-def with_conflicts(store: Store, memory: NamedNode, quads: Iterable[Quad]) -> list[Quad]:
-    """A memory's inferred quads with its ``conflictsWith`` pairs read from its sets."""
-    return [*quads, *conflict_quads(store, memory)]

@@ -233,13 +233,13 @@ def _lean_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
 
 def inferred_by_name(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
     """The rules' facts about a memory, by predicate name (its statuses, keys, conflicts: the
-    ``conflictsWith`` pairs read from its conflict sets)."""
+    ``conflictsWith`` pairs read from its conflict sets, which stand for them and are not listed)."""
     out: dict[str, list[Any]] = {}
     m = memory_iri(memory_id)
     for q in graph.store.quads_for_pattern(m, None, None, INFERRED):
         if q.predicate.value.startswith(v.ENGRAM):
             out.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object)
-    if "inConflictSet" in out and (others := partners(graph.store, m)):
+    if out.pop("inConflictSet", None) and (others := partners(graph.store, m)):
         out["conflictsWith"] = list(others)
     return out
 
