@@ -10,7 +10,7 @@ explained by the read-time rule below over the two memberships.
 
 from __future__ import annotations
 
-from engram.projections.rules.derivations import Derivation, DerivationInput
+from engram.projections.rules.engine import Derivation, DerivationInput
 from engram.projections.rules.program import Rule
 from engram.projections.rules.syntax import parse_rules
 from engram.projections.tenant_graph import TenantGraph
