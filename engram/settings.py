@@ -123,6 +123,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
     )
+    projector_batch_ms: float = Field(
+        500.0,
+        gt=0,
+        description="Time a projector batch should take: it holds as many records as are handled in it.",
+    )
     sparql_timeout_s: float = Field(
         10.0,
         gt=0,
