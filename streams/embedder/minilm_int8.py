@@ -194,7 +194,8 @@ class MiniLMInt8:
             raise ValueError("threads must be at least 1")
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
+        # its threads start on the first call of 2+ texts
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="minilm-int8") if threads > 1 else None
 
     @property
     def max_seq_length(self) -> int:
@@ -217,12 +218,10 @@ class MiniLMInt8:
         session = _session(graph_path(self.model_dir, self.cache_dir))
         encodings = _tokenizer(self.model_dir, self.max_seq_length).encode_batch(texts)
         ids = [e.ids for e in encodings]
-        if self.threads == 1 or len(texts) == 1:
+        if self._pool is None or len(texts) == 1:
             for i, seq in enumerate(ids):
                 out[i] = self._run(session, seq)
         else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="minilm-int8")
             order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # longest first: even finish
             for i, row in zip(
                 order, self._pool.map(lambda i: self._run(session, ids[i]), order), strict=True
