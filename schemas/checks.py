@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from engram.schemas import vocabulary as v
@@ -62,7 +63,39 @@ def show(value: Any) -> str:
 
 def hostile_values(value: Any, where: str) -> Iterator[str]:
     """Non-finite numbers, integers Avro's long cannot hold (a union would turn them into doubles)
-    and strings that are not valid Unicode (lone surrogates), anywhere."""
+    and strings that are not valid Unicode (lone surrogates), anywhere. Every event read is checked,
+    and nearly all are clean: a quick pass says so, and only a value that fails it is walked for
+    its reasons."""
+    return iter(()) if _clean(value) else _hostile(value, where)
+
+
+def _clean(value: Any) -> bool:
+    """No hostile value in ``value``: exact types decided here, anything else by ``_hostile``."""
+    t = type(value)
+    if t is str:
+        return value.isascii() or _utf8(value)
+    if value is None or t is bool:
+        return True
+    if t is int:
+        return v.LONG_MIN <= value <= v.LONG_MAX
+    if t is float:
+        return math.isfinite(value)
+    if t is dict or t is MappingProxyType:
+        return all(_clean(key) and _clean(item) for key, item in value.items())
+    if t is list or t is tuple:
+        return all(_clean(item) for item in value)
+    return next(_hostile(value, ""), None) is None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _hostile(value: Any, where: str) -> Iterator[str]:
     if isinstance(value, float) and not math.isfinite(value):
         yield f"{where}: numbers must be finite, got {value!r}"
     elif isinstance(value, int) and not isinstance(value, bool) and not v.LONG_MIN <= value <= v.LONG_MAX:
@@ -74,11 +107,11 @@ def hostile_values(value: Any, where: str) -> Iterator[str]:
             yield f"{where}: text must be valid Unicode (no lone surrogates)"
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from hostile_values(key, where)
-            yield from hostile_values(item, f"{where}.{key}" if isinstance(key, str) else where)
+            yield from _hostile(key, where)
+            yield from _hostile(item, f"{where}.{key}" if isinstance(key, str) else where)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from hostile_values(item, where)
+            yield from _hostile(item, where)
 
 
 class Problems:
