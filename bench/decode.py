@@ -21,6 +21,7 @@ import io
 import json
 import os
 import pstats
+import random
 import statistics
 import subprocess
 import sys
@@ -33,14 +34,21 @@ from typing import Any
 STAGES = ("decode", "read", "project_off")
 
 
-def frames(n: int, tenants: int, keys: Any) -> list[tuple[str, bytes]]:
-    """(tenant, sealed bytes) of the throughput workload, in log order."""
+def frames(n: int, tenants: int, keys: Any, dim: int = 0) -> list[tuple[str, bytes]]:
+    """(tenant, sealed bytes) of the throughput workload, in log order; a new memory with a vector
+    of ``dim`` components, as the API's embedder gives it (0: none)."""
     from engram.streams.pipeline import Pipeline
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from throughput import workload
 
-    good, bad = Pipeline(keys=keys).write_many(list(enumerate(workload(n, tenants))))
+    rng = random.Random(11)
+    events = workload(n, tenants)
+    for event in events:
+        if event["type"] == "MemoryRemembered" and dim:
+            event["payload"]["embedding"] = [rng.uniform(-0.2, 0.2) for _ in range(dim)]
+            event["payload"]["embedding_model"] = "bench"
+    good, bad = Pipeline(keys=keys).write_many(list(enumerate(events)))
     assert not bad, bad[:3]
     return [(f.event.tenant, f.value) for _, f in good]
 
@@ -79,12 +87,12 @@ def stages(records: list[tuple[str, bytes]], keys: Any, root: Path) -> dict[str,
     return {"decode": decode, "read": read, "project_off": project_off}
 
 
-def measure(n: int, tenants: int, repeat: int, profile: str | None) -> dict[str, Any]:
+def measure(n: int, tenants: int, dim: int, repeat: int, profile: str | None) -> dict[str, Any]:
     from engram.streams.keystore import KeyStore
 
     with tempfile.TemporaryDirectory() as tmp:
         keys = KeyStore(Path(tmp) / "keys")
-        records = frames(n, tenants, keys)
+        records = frames(n, tenants, keys, dim)
         run = stages(records, keys, Path(tmp))
         if profile:
             profiler = cProfile.Profile()
@@ -128,6 +136,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument("--dim", type=int, default=384, help="a new memory's vector size (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each stage per round")
     parser.add_argument("--rounds", type=int, default=1, help="rounds, alternating with --compare")
     parser.add_argument("--compare", type=Path, help="another checkout to run the same bench in")
@@ -135,7 +144,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child or args.profile:
-        result = measure(args.events, args.tenants, args.repeat, args.profile)
+        result = measure(args.events, args.tenants, args.dim, args.repeat, args.profile)
         print(result["profile"] if args.profile else json.dumps(result))
         return
     here = Path(__file__).resolve().parent.parent

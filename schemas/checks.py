@@ -83,8 +83,26 @@ def _clean(value: Any) -> bool:
     if t is dict or t is MappingProxyType:
         return all(_clean(key) and _clean(item) for key, item in value.items())
     if t is list or t is tuple:
-        return all(_clean(item) for item in value)
+        return finite_floats(value) or all(_clean(item) for item in value)
     return next(_hostile(value, ""), None) is None
+
+
+def finite_floats(values: list[Any] | tuple[Any, ...], limit: float = math.inf) -> bool:
+    """Whether ``values`` is a vector: all floats, finite, none of magnitude above ``limit``.
+
+    Decided in C (an embedding has hundreds of components, each checked per event read): False
+    means "not shown so", and the caller checks item by item as it would without this.
+    A finite sum has no infinity or NaN among its terms (one that overflows only falls back)."""
+    return (
+        len(values) > 0
+        and type(values[0]) is float
+        and set(map(type, values)) == _FLOAT
+        and math.isfinite(sum(values))
+        and max(map(abs, values)) <= limit
+    )
+
+
+_FLOAT = {float}
 
 
 def _utf8(text: str) -> bool:
