@@ -40,7 +40,10 @@ class Record:
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record (plain dicts and lists), as the codec writes it and a digest reads it."""
-        return {name: thaw(getattr(self, name)) for name, _ in _plan(type(self))[1]}
+        return {
+            name: value if type(value := getattr(self, name)) in _PLAIN else thaw(value)
+            for name, _ in _plan(type(self))[1]
+        }
 
 
 class Payload(Record):
