@@ -81,9 +81,18 @@ def _clean(value: Any) -> bool:
     if t is float:
         return math.isfinite(value)
     if t is dict or t is MappingProxyType:
-        return all(_clean(key) and _clean(item) for key, item in value.items())
+        # loops, not all(...): a generator's frame per level would halve the nesting that reads
+        for key, item in value.items():  # noqa: SIM110
+            if not (_clean(key) and _clean(item)):
+                return False
+        return True
     if t is list or t is tuple:
-        return finite_floats(value) or all(_clean(item) for item in value)
+        if finite_floats(value):
+            return True
+        for item in value:  # noqa: SIM110
+            if not _clean(item):
+                return False
+        return True
     return next(_hostile(value, ""), None) is None
 
 
