@@ -141,6 +141,9 @@ def _hostile(value: Any, where: str) -> Iterator[str]:
             yield from _hostile(item, where)
 
 
+_IMPORTANCE = (min(v.Importance), max(v.Importance))  # checked on every memory event read
+
+
 class Problems:
     """Every broken rule of one event, so a caller fixes a line once rather than once per rule."""
 
@@ -172,7 +175,7 @@ class Problems:
         self.require(
             isinstance(value, int)
             and not isinstance(value, bool)
-            and min(v.Importance) <= value <= max(v.Importance),
+            and _IMPORTANCE[0] <= value <= _IMPORTANCE[1],
             f"importance must be an integer 1-5, got {show(value)}",
         )
 
