@@ -170,6 +170,17 @@ def test_a_lost_index_is_rebuilt_from_the_graph(tmp_path: Path) -> None:
     assert contents(t.indexes()) == before
 
 
+def test_conversation_neighbours_are_read_when_the_store_opens(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    for i in range(3):
+        evidence = {"conversation_id": "c1", "turn_ids": [f"t{i}"]}
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{WORDS[i]} words", evidence=evidence))
+    t.reopen()
+    ix = t.indexes()
+    assert ix._threads == {"c1": [(ix._thread_of[f"m{i}"][1], f"m{i}") for i in range(3)]}
+    assert ix.neighbours("m1", 1) == ["m0", "m2"]
+
+
 ops = st.lists(
     st.tuples(
         st.sampled_from(["remember", "revise", "forget", "supersede"]),
