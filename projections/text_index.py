@@ -213,4 +213,7 @@ def bm25(
 ) -> float:
     """Okapi BM25 of a document (its length and term counts) for weighted query terms."""
     norm = k1 * (1 - b + b * length / avgdl)
-    return sum(w * idf[t] * n * (k1 + 1) / (n + norm) for t, w in weights.items() if (n := tf.get(t, 0)))
+    # the few terms both hold, in a fixed order (a set's order would vary the sum's last digits)
+    return sum(
+        weights[t] * idf[t] * tf[t] * (k1 + 1) / (tf[t] + norm) for t in sorted(weights.keys() & tf.keys())
+    )
