@@ -89,7 +89,11 @@ class TextIndex:
         self.index = _open(path)
         self.checkpoint = IndexCheckpoint(path / "checkpoint.json")
         self._avgdl: tuple[int, float] | None = None  # (documents when estimated, average length)
-        self._terms: dict[str, tuple[int, Counter[str]]] = {}  # memory id -> (length, term counts)
+        # memory id -> (length, term counts) of the committed text; the ids written since the last
+        # commit leave it when the commit makes their new text searchable (a search in between
+        # still finds, and may cache, the old)
+        self._terms: dict[str, tuple[int, Counter[str]]] = {}
+        self._written: set[str] = set()
         self._writer: tantivy.IndexWriter | None = None
         self._dirty = False
         self._bulk = False
@@ -103,19 +107,18 @@ class TextIndex:
         w = self._w()
         w.delete_documents_by_term("id", memory_id)
         w.add_document(tantivy.Document(id=memory_id, text=text))
-        self._terms.pop(memory_id, None)
+        self._written.add(memory_id)
         self._dirty = True
 
     def delete(self, memory_id: str) -> None:
         self._w().delete_documents_by_term("id", memory_id)
-        self._terms.pop(memory_id, None)
+        self._written.add(memory_id)
         self._dirty = True
 
     def clear(self) -> None:
         """Empty the index, for a rebuild: the writer until the next commit has a rebuild's heap."""
         self.close()  # one writer per index: the small one goes first
         self._w(REBUILD_HEAP_BYTES).delete_all_documents()
-        self._terms.clear()
         self._dirty = True
         self._bulk = True
 
@@ -128,9 +131,15 @@ class TextIndex:
         if self._dirty:
             self._w().commit()
             self._dirty = False
+        bulk = self._bulk
         if self._bulk:  # back to the small writer: the rebuild's heap is not kept
             self._writer, self._bulk = None, False
         self.index.reload()
+        if bulk:
+            self._terms.clear()
+        for memory_id in self._written:
+            self._terms.pop(memory_id, None)
+        self._written.clear()
 
     def close(self) -> None:
         if self._writer is not None:
@@ -195,8 +204,8 @@ class TextIndex:
             if found is None:
                 if len(self._terms) >= TERMS_CACHE:
                     self._terms.clear()
-                words = terms(doc.get_first("text") or "")
-                found = self._terms[memory_id] = (len(words), Counter(words))
+                held = terms(doc.get_first("text") or "")
+                found = self._terms[memory_id] = (len(held), Counter(held))
             out.append((memory_id, bm25(*found, weights, idf, avgdl, k1, b)))
         out.sort(key=lambda hit: -hit[1])
         return out

@@ -211,6 +211,22 @@ def test_a_text_index_of_an_older_schema_is_rebuilt_when_opened(tmp_path: Path) 
     assert [i for i, _ in ix.text.search("emoji", 10)] == ["tone"]
 
 
+def test_a_revised_memory_is_scored_by_its_new_words_once_committed(tmp_path: Path) -> None:
+    """The term counts kept for rescoring are those of the committed text, not a revision's old."""
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("a", label="Trip", content="ski trip"))
+    t.apply("MemoryRemembered", remembered("b", label="Other", content="budget roas target brand voice"))
+    ix = t.indexes()
+    before = dict(ix.text.search("ski", 10))["a"]  # counted and kept
+    t.apply("MemoryRevised", {"memory_id": "a", "changes": {"content": "ski ski and more ski"}})
+    after = dict(ix.text.search("ski", 10))["a"]
+    del ix
+    t.reopen()
+    assert after > 1.2 * before  # three times the word, not the old text's once
+    fresh = dict(t.indexes().text.search("ski", 10))["a"]
+    assert abs(fresh - after) < 0.05 * fresh  # as a fresh index counts (its average length is new)
+
+
 def test_bm25_is_scored_with_the_k1_and_b_given() -> None:
     """b weighs a document's length against the average; k1 saturates repeated terms."""
     idf = {"ski": 2.0}
