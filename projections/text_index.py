@@ -156,12 +156,23 @@ class TextIndex:
         return [int(searcher.doc_freq("text", w)) for w in words]
 
     def average_length(self, searcher: tantivy.Searcher) -> float:
-        """The average document length in terms, estimated from the first ``AVGDL_SAMPLE`` documents
-        and again whenever the count has moved by a tenth: BM25 with b 0.3 barely feels its error."""
+        """The average document length in terms: exact while the index holds at most
+        ``AVGDL_SAMPLE`` documents (counted again whenever their number changes), then estimated
+        from the first ``AVGDL_SAMPLE`` and again when the count has moved by a tenth (BM25 with b
+        0.3 barely feels the estimate's error)."""
         docs = int(searcher.num_docs)
-        if self._avgdl is None or abs(docs - self._avgdl[0]) > 0.1 * max(self._avgdl[0], 1):
+        known = self._avgdl[0] if self._avgdl is not None else None
+        if (
+            known is None
+            or (docs != known and min(docs, known) <= AVGDL_SAMPLE)
+            or abs(docs - known) > 0.1 * known
+        ):
             sample = searcher.search(tantivy.Query.all_query(), AVGDL_SAMPLE, count=False).hits
-            lengths = [len(terms(searcher.doc(addr).get_first("text") or "")) for _, addr in sample]
+            lengths = []
+            for _, addr in sample:
+                doc = searcher.doc(addr)
+                found = self._terms.get(str(doc.get_first("id")))
+                lengths.append(found[0] if found is not None else len(terms(doc.get_first("text") or "")))
             self._avgdl = (docs, max(1.0, sum(lengths) / len(lengths)) if lengths else 1.0)
         return self._avgdl[1]
 
