@@ -58,8 +58,20 @@ ABLATION: dict[str, tuple[Ranking, bool]] = {  # (ranking, against the wall cloc
     "without pseudo-relevance feedback": (dataclasses.replace(DEFAULT_RANKING, feedback_docs=0), False),
     "without query time expressions": (dataclasses.replace(DEFAULT_RANKING, time_boost=0), False),
     "with 200 candidates per index (not 100)": (dataclasses.replace(DEFAULT_RANKING, pool=200), False),
+    "with BM25 k1 1.2, b 0.75 (tantivy's own)": (
+        dataclasses.replace(DEFAULT_RANKING, bm25_k1=1.2, bm25_b=0.75),
+        False,
+    ),
     "before (old weights, wall clock, no context)": (
-        dataclasses.replace(DEFAULT_RANKING, context_hits=0, feedback_docs=0, time_boost=0, **OLD_WEIGHTS),
+        dataclasses.replace(
+            DEFAULT_RANKING,
+            context_hits=0,
+            feedback_docs=0,
+            time_boost=0,
+            bm25_k1=1.2,
+            bm25_b=0.75,
+            **OLD_WEIGHTS,
+        ),
         True,
     ),
 }
