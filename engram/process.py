@@ -70,6 +70,8 @@ class Projection:
     async def stop(self) -> None:
         await self.projector.stop()
         await self.indexer.stop()
+        for tenant, graph in self.stores.unsaved():  # in memory: a restart need not consume them again
+            await asyncio.to_thread(self.snapshots.take, tenant, graph)
 
 
 def compose_projection(settings: Settings) -> Projection:
@@ -83,6 +85,7 @@ def compose_projection(settings: Settings) -> Projection:
         vectors=(embedder.name, embedder.dim),
         keys=KeyStore(settings.key_store_dir),
         embed=memory_embedding(embedder),
+        memory=settings.store == "memory",
     )
     snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
     stores.snapshots = snapshots

@@ -10,6 +10,7 @@ import logging
 import secrets
 import uuid
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, field_validator
@@ -118,6 +119,17 @@ class Settings(BaseSettings):
     )
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    store: Literal["disk", "memory"] = Field(
+        "disk",
+        description="Where an open tenant's graph lives: `disk` (a RocksDB store per tenant) or `memory` "
+        "(opened from its newest snapshot; the log after it is consumed again after a crash).",
+    )
+    snapshot_after_s: float = Field(
+        5.0,
+        gt=0,
+        description="With `ENGRAM_STORE=memory`, a tenant's unsaved events are snapshotted at most this "
+        "long after it was last saved; the projector's committed offsets wait for its snapshots.",
+    )
     projector_batch_max: int = Field(
         2000,
         ge=1,

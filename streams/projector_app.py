@@ -4,6 +4,7 @@ The app, its topics and its one agent are declared here and nowhere else."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import faust
@@ -12,6 +13,7 @@ from engram.projections.stores import TenantStores
 from engram.schemas.events import Position
 from engram.streams.dead_letters import send_dead_letter
 from engram.streams.faust_app import faust_app
+from engram.streams.held_acks import HeldAcks
 from engram.streams.indexer import Indexer
 from engram.streams.projector import Record, handle_batch_with_retries
 from engram.streams.take import take_available
@@ -43,9 +45,13 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
     """The projector: one agent over the events topic, dead letters as a topic of their own.
 
     Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
-    indexer, which reports it again once its memories are also searchable.
+    indexer, which reports it again once its memories are also searchable. With stores in memory
+    its offsets are committed only once snapshots hold it (``streams.held_acks``).
     """
     app = faust_app(settings, settings.projector_group(), "faust")
+    held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
+    writing = asyncio.Lock()  # the agent's batches and the timer's snapshots, one at a time
+    app.held_acks = held  # type: ignore[attr-defined]
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
 
@@ -71,11 +77,23 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
         async for items in batches:
             records = [as_record(item.message) for item in items]
             progress.batch(len(records))
-            results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
+            async with writing:
+                results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
+                if held is not None:
+                    stores.trim()  # evictions save what they drop: before the acks are weighed
+                    held.hold(items)
             for record, result in zip(records, results, strict=True):
                 progress.record(
                     result.tenant, record.position.partition, record.position.offset, result.outcome
                 )
                 indexer.submit(result.tenant, record.position, result.outcome, result.memory_ids)
+
+    if held is not None:
+
+        @app.timer(interval=max(0.1, settings.snapshot_after_s / 4))
+        async def save_memory_stores() -> None:
+            async with writing:
+                stores.trim()
+                await held.save_due()
 
     return app
