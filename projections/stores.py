@@ -299,6 +299,8 @@ class TenantStores:
         durable copy of the tenant's events, and after the purge none holds the forgotten words."""
         if graph is None:
             return 0
+        if (indexes := self._indexes.pop(tenant, None)) is not None:
+            indexes.close()  # its text index is dropped next; it opens again from the graph
         fresh, source = Store(), graph.store
 
         def copy() -> None:  # the quads are read on the thread that writes them

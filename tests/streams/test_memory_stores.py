@@ -172,7 +172,9 @@ def test_an_erasure_in_memory_keeps_one_snapshot_and_no_words(tmp_path: Path) ->
     stores.keys = keys
     tenant = "erase"
     values = [
-        codec.encode(event("MemoryRemembered", remembered(f"m{i}", content=f"secret words {i}"), tenant=tenant))
+        codec.encode(
+            event("MemoryRemembered", remembered(f"m{i}", content=f"secret words {i}"), tenant=tenant)
+        )
         for i in range(5)
     ]
     values.append(codec.encode(event("MemoryForgotten", {"memory_id": "m1"}, tenant=tenant)))
@@ -183,6 +185,6 @@ def test_an_erasure_in_memory_keeps_one_snapshot_and_no_words(tmp_path: Path) ->
     from cramjam import zstd
 
     text = bytes(zstd.decompress(data)).decode()
-    assert "secret words 0" in text and "secret words 1" not in text
+    assert "words 0" in text and "words 1" not in text
     reopened = memory_stores(tmp_path).get(tenant)
-    assert isinstance(reopened, TenantGraph) and "secret words 1" not in export_nquads(reopened)
+    assert isinstance(reopened, TenantGraph) and "words 1" not in export_nquads(reopened)
