@@ -172,12 +172,15 @@ class TenantStores:
         """The open in-memory graphs holding events no snapshot holds yet."""
         return [(t, g) for t, g in self._open.items() if g.unsaved()]
 
-    def durable_below(self, partition: int) -> int | None:
-        """The offset of ``partition`` before which every handled record is durable without the
-        log (its tenant's snapshot or store holds it); None: every handled one is."""
-        saved = [g.saved.offset + 1 if g.saved is not None else 0 for _, g in self.unsaved()
-                 if (cp := g.checkpoint()) is not None and cp.partition == partition]  # fmt: skip
-        return min(saved, default=None)
+    def durable_below(self) -> dict[int, int]:
+        """By partition, the offset before which every handled record is durable without the log
+        (its tenant's snapshot or store holds it); a partition not named: every handled one is."""
+        floors: dict[int, int] = {}
+        for _, graph in self.unsaved():
+            if (cp := graph.checkpoint()) is not None:
+                saved = graph.saved.offset + 1 if graph.saved is not None else 0
+                floors[cp.partition] = min(floors.get(cp.partition, saved), saved)
+        return floors
 
     def _close(self, tenant: str) -> None:
         """Close the tenant's indexes and flush its graph; the handle goes with its last reference.

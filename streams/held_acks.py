@@ -8,7 +8,7 @@ tenant's snapshot (or needing no store: skipped, or refused with a refusal mark 
 
 How it holds: the projector handles a batch, then holds its events (a Faust reference, so Faust's
 own ack after the batch does not make them committable) and releases, in each partition, those
-below ``TenantStores.durable_below(partition)``: the lowest ``saved checkpoint + 1`` of the
+below ``TenantStores.durable_below()``: the lowest ``saved checkpoint + 1`` of the
 partition's tenants with unsaved events (0 for a tenant never saved). Snapshots move that floor:
 every ``ENGRAM_SNAPSHOT_EVERY`` events of a tenant, on eviction from the LRU, and at the latest
 ``ENGRAM_SNAPSHOT_AFTER_S`` after a tenant's first unsaved event (``save_due``, run by a timer
@@ -59,8 +59,9 @@ class HeldAcks:
         now, count = time.monotonic(), 0
         unsaved = {t for t, _ in self.stores.unsaved()}
         self._since = {t: self._since.get(t, now) for t in unsaved}
+        floors = self.stores.durable_below()
         for partition, held in self._held.items():
-            floor = self.stores.durable_below(partition)
+            floor = floors.get(partition)
             while held and (floor is None or held[0].message.offset < floor):
                 held.popleft().message.ack(self.consumer())
                 count += 1

@@ -108,8 +108,8 @@ class Snapshots:
             )  # fmt: skip
             self.objects.put(f"{key}.tar", data)
         self.objects.put(snap.descriptor, json.dumps(asdict(snap), sort_keys=True).encode())
-        if graph.in_memory:
-            graph.saved = last  # the events up to ``last`` are durable without the log
+        if graph.in_memory:  # the events up to the snapshot's are durable without the log
+            graph.saved = Position(snap.partition, snap.offset, snap.timestamp_ms)
         log.info(
             "snapshot %s at %d:%d, %d bytes (%s)",
             tenant,
@@ -139,9 +139,16 @@ class Snapshots:
         )
 
     def _take_nquads(self, tenant: str, graph: TenantGraph, last: Position, key: str) -> Snapshot:
-        """An in-memory store's quads as compressed N-Quads. Nothing else writes the store meanwhile
-        (the projector waits for its snapshot), so the dump is the state at ``last``."""
-        data = bytes(cramjam.zstd.compress(graph.store.dump(format=RdfFormat.N_QUADS), level=3))
+        """An in-memory store's quads as compressed N-Quads, the state at ``last``: the projector
+        waits for its own snapshots, and one taken on demand beside it is dumped again until no
+        commit (each moves the checkpoint, in one transaction) came during the dump."""
+        while True:
+            dumped = graph.store.dump(format=RdfFormat.N_QUADS)
+            if (now := graph.checkpoint()) == last:
+                break
+            assert now is not None
+            last, key = now, f"{PREFIX}/{tenant}/{now.offset:020d}"
+        data = bytes(cramjam.zstd.compress(dumped, level=3))
         self.objects.put(f"{key}.nq.zst", data)
         return Snapshot(
             tenant, last.partition, last.offset, last.timestamp_ms, graph.handled(), len(data),
