@@ -68,6 +68,8 @@ class Projection:
         await self.projector.start()
 
     async def stop(self) -> None:
+        if (held := getattr(self.projector, "held_acks", None)) is not None:
+            await held.drain()  # in memory: every tenant saved, every offset free to commit
         await self.projector.stop()
         await self.indexer.stop()
         for tenant, graph in self.stores.unsaved():  # in memory: a restart need not consume them again

@@ -22,7 +22,8 @@ checkpoint: nothing is lost, nothing applied twice. The one side effect that may
 dead letter of a record refused after S (at least once, as Kafka promises anyway).
 
 A rebalance waits for held events (Faust's ``wait_empty``) until the timer's next snapshots
-release them: at most about ``ENGRAM_SNAPSHOT_AFTER_S``.
+release them: at most about ``ENGRAM_SNAPSHOT_AFTER_S``; a stop saves every tenant first
+(``drain``), as it waits too.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class HeldAcks:
     def __init__(self, stores: TenantStores, consumer: Any, after_s: float) -> None:
         """``consumer``: a callable giving Faust's consumer (it exists once the app has started)."""
         self.stores, self.consumer, self.after_s = stores, consumer, after_s
+        self.writing = asyncio.Lock()  # the projector's batches and these snapshots, one at a time
+        self.stopping = False  # from ``drain`` on, every batch is saved before its events are held
         self._held: dict[int, deque[Any]] = {}
         self._since: dict[str, float] = {}  # tenant: when its first unsaved event was noticed
 
@@ -86,3 +89,10 @@ class HeldAcks:
                     log.exception("snapshot of %s failed; its offsets stay uncommitted", tenant)
         self.release()
         return saved
+
+    async def drain(self) -> None:
+        """Before the consumer stops: everything saved and released, now and for any batch still
+        to come (Faust's stop waits for every event it handed over to be acknowledged)."""
+        self.stopping = True
+        async with self.writing:
+            await self.save_due(everything=True)

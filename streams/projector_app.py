@@ -50,7 +50,8 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
     """
     app = faust_app(settings, settings.projector_group(), "faust")
     held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
-    writing = asyncio.Lock()  # the agent's batches and the timer's snapshots, one at a time
+    # the agent's batches and the timer's snapshots, one at a time
+    writing = held.writing if held is not None else asyncio.Lock()
     app.held_acks = held  # type: ignore[attr-defined]
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
@@ -81,6 +82,8 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
                 results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
                 if held is not None:
                     stores.trim()  # evictions save what they drop: before the acks are weighed
+                    if held.stopping:
+                        await held.save_due(everything=True)
                     held.hold(items)
             for record, result in zip(records, results, strict=True):
                 progress.record(
@@ -90,7 +93,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
 
     if held is not None:
 
-        @app.timer(interval=max(0.1, settings.snapshot_after_s / 4))
+        @app.timer(interval=max(0.5, settings.snapshot_after_s / 4))
         async def save_memory_stores() -> None:
             async with writing:
                 stores.trim()

@@ -18,6 +18,8 @@ from engram.streams.objects import LocalObjects
 from engram.streams.snapshots import Snapshots
 from engram.streams.topics import partition_for
 
+from engram.harness import Server
+from engram.settings import Settings
 from tests.factories import event, remembered
 from tests.streams.test_snapshots import events
 
@@ -187,3 +189,47 @@ def test_an_erasure_in_memory_keeps_one_snapshot_and_no_words(tmp_path: Path) ->
     assert "words 0" in text and "words 1" not in text
     reopened = memory_stores(tmp_path).get(tenant)
     assert isinstance(reopened, TenantGraph) and "words 1" not in export_nquads(reopened)
+
+
+def test_a_server_in_memory_evicts_reopens_and_restarts_from_its_snapshots(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``engram serve`` with tenants in memory and room for two: six tenants written and read back
+    (evicted and reopened as the projector goes), then read again after a clean restart."""
+    memory = settings.model_copy(update={"store": "memory", "max_open_stores": 2, "snapshot_after_s": 0.5})
+    tenants = [f"ev{i}" for i in range(6)]
+
+    def read_all(server: Server) -> dict[str, list[str]]:
+        out = {}
+        for t in tenants:
+            r = server.http.get(f"{server.url}/v1/tenants/{t}/memories", params={"limit": "50"}, timeout=30)
+            assert r.status_code == 200, r.text
+            out[t] = sorted(m["label"] for m in r.json()["data"])
+        return out
+
+    server = Server(memory, tmp_path / "server.log").start()
+    try:
+        server.wait_ready()
+        for i in range(3):
+            for t in tenants:
+                body = {"source": "operator", "label": f"{t} {i}", "content": "c", "kind": "fact",
+                        "importance": 3}  # fmt: skip
+                r = server.http.post(
+                    f"{server.url}/v1/tenants/{t}/memories", params={"wait": "true"}, json=body, timeout=40
+                )
+                assert r.status_code == 202 and r.json()["applied"], r.text
+        before = read_all(server)
+        assert before == {t: [f"{t} {i}" for i in range(3)] for t in tenants}
+        r = server.http.post(f"{server.url}/v1/tenants/ev0/sparql", json={"query": "ASK {}"}, timeout=30)
+        assert r.status_code == 503 and "memory" in r.text, r.text
+    finally:
+        server.stop()
+    # every tenant was evicted at least once (a snapshot each), and the stop saved the rest
+    snapshots = Snapshots(LocalObjects(memory.archive_root))
+    assert all(snapshots.newest(t) is not None for t in tenants)
+    again = Server(memory, tmp_path / "again.log").start()
+    try:
+        again.wait_ready()
+        assert read_all(again) == before
+    finally:
+        again.stop()
