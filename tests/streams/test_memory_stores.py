@@ -233,3 +233,31 @@ def test_a_server_in_memory_evicts_reopens_and_restarts_from_its_snapshots(
         assert read_all(again) == before
     finally:
         again.stop()
+
+
+def test_a_snapshot_taken_beside_a_commit_names_the_checkpoint_it_holds(tmp_path: Path) -> None:
+    """An on-demand snapshot (a thread) while the projector commits: the dump is taken again, and
+    the snapshot is named for the state it holds, not the one it started from."""
+    stores = memory_stores(tmp_path)
+    tenant = "race"
+    feed(stores, records(tenant, events(tenant, 3)))
+    graph = stores.get(tenant)
+    assert graph is not None
+    real = graph.store
+    dumps = []
+
+    class Racing:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def dump(self, **kw: object) -> bytes:
+            dumps.append(1)
+            graph.store = real  # a commit lands while the dump is taken: the dump holds it
+            graph.apply(event("MemoryRemembered", remembered("late"), tenant=tenant), Position(0, 99, 5))
+            return real.dump(**kw)
+
+    graph.store = Racing()  # type: ignore[assignment]
+    snap = stores.snapshots.take(tenant, graph)
+    assert dumps == [1] and snap.offset == 99 and graph.saved == Position(0, 99)
+    loaded = stores.snapshots.load(snap)
+    assert len(loaded) == len(real) and "late" in export_nquads(TenantGraph(tmp_path / "x", memory=loaded))
