@@ -143,7 +143,11 @@ class TenantStores:
             if len(self._open) <= self.max_open:
                 break
             if not (self._open[old].unsaved() and self.snapshots is None):
-                self._close(old)
+                try:
+                    self._close(old)
+                except Exception:  # its snapshot failed: kept, and its offsets stay uncommitted
+                    log.exception("evicting %s failed; it stays open", old)
+                    continue
                 evicted += 1
         return evicted
 
@@ -185,11 +189,12 @@ class TenantStores:
     def _close(self, tenant: str) -> None:
         """Close the tenant's indexes and flush its graph; the handle goes with its last reference.
         An in-memory graph holding unsaved events is snapshotted first (in the caller's thread)."""
+        graph = self._open.get(tenant)
+        if graph is not None and graph.unsaved() and self.snapshots is not None:
+            self.snapshots.take(tenant, graph)  # a failure keeps it open, unsaved and counted
         if (indexes := self._indexes.pop(tenant, None)) is not None:
             indexes.close()
         if (graph := self._open.pop(tenant, None)) is not None:
-            if graph.unsaved() and self.snapshots is not None:
-                self.snapshots.take(tenant, graph)
             graph.flush()
 
     def indexes(self, tenant: str) -> TenantIndexes | None:
