@@ -132,22 +132,29 @@ class TenantStores:
             while len(self._open) > self.max_open:
                 self._close(next(iter(self._open)))
 
-    def trim(self) -> int:
+    async def trim(self) -> int:
         """Evict in-memory graphs, least recently used first, down to ``max_open``; how many.
 
         Called by the projector between batches only: a graph evicted while a run holds it would
-        take that run's commit away with it. An unsaved graph is snapshotted first, or kept when
-        there is nowhere to save it (no snapshots: a volatile store, for tests and benchmarks)."""
+        take that run's commit away with it. An unsaved graph is snapshotted first, in a thread
+        (the loop goes on serving reads), or kept when there is nowhere to save it (no snapshots:
+        a volatile store, for tests and benchmarks) or its snapshot failed (its offsets stay
+        uncommitted)."""
         evicted = 0
         for old in list(self._open):
             if len(self._open) <= self.max_open:
                 break
-            if not (self._open[old].unsaved() and self.snapshots is None):
+            graph = self._open.get(old)
+            if graph is None or (graph.unsaved() and self.snapshots is None):
+                continue
+            if graph.unsaved():
                 try:
-                    self._close(old)
-                except Exception:  # its snapshot failed: kept, and its offsets stay uncommitted
-                    log.exception("evicting %s failed; it stays open", old)
+                    await asyncio.to_thread(self.snapshots.take, old, graph)  # type: ignore[union-attr]
+                except Exception:
+                    log.exception("snapshot of %s failed; it stays open", old)
                     continue
+            if self._open.get(old) is graph and not graph.unsaved():
+                self._close(old)
                 evicted += 1
         return evicted
 

@@ -81,7 +81,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
             async with writing:
                 results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
                 if held is not None:
-                    stores.trim()  # evictions save what they drop: before the acks are weighed
+                    await stores.trim()  # evictions save what they drop: before the acks are weighed
                     if held.stopping:
                         await held.save_due(everything=True)
                     held.hold(items)
@@ -96,7 +96,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
         @app.timer(interval=max(0.5, settings.snapshot_after_s / 4))
         async def save_memory_stores() -> None:
             async with writing:
-                stores.trim()
+                await stores.trim()
                 await held.save_due()
 
     return app

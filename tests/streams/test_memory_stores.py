@@ -102,7 +102,7 @@ def test_eviction_snapshots_an_unsaved_tenant_and_reopening_restores_it(tmp_path
     before = export_nquads(stores.get("ev1"))
     stores.get("ev2")
     stores.get("ev3")  # ev1 is the least recently used
-    assert stores.trim() == 1 and "ev1" not in stores._open
+    assert asyncio.run(stores.trim()) == 1 and "ev1" not in stores._open
     assert [s.handled for s in stores.snapshots.list("ev1")] == [12]
     assert export_nquads(stores.get("ev1")) == before
 
@@ -111,7 +111,7 @@ def test_without_snapshots_an_unsaved_tenant_is_never_evicted(tmp_path: Path) ->
     stores = TenantStores(tmp_path, memory=True, max_open=1)
     for name in ("vol1", "vol2"):
         feed(stores, records(name, events(name, 3)))
-    assert stores.trim() == 0 and len(stores._open) == 2
+    assert asyncio.run(stores.trim()) == 0 and len(stores._open) == 2
 
 
 def test_the_durable_floor_is_the_lowest_unsaved_tenants_snapshot(tmp_path: Path) -> None:
