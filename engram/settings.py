@@ -91,7 +91,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Take a tenant snapshot (its store, in the object store) every this many events it "
         "handles, so a replay or an as_of starts there; 0: only on demand. Unset: 250 in a local "
-        "object store (hard links: a snapshot costs ~30 ms), 10000 in S3 (each uploads the whole store).",
+        "object store (hard links: a snapshot costs ~30 ms), 10000 in S3 (each uploads the whole store) "
+        "or with ENGRAM_STORE=memory (each dumps the whole store).",
     )
     ontology_dir: Path = Field(ONTOLOGY_DIR, description="Turtle ontology and SHACL shapes.")
     rules_dir: Path = Field(RULES_DIR, description="Datalog rules (*.dlog).")
@@ -254,7 +255,8 @@ class Settings(BaseSettings):
     def snapshot_interval(self) -> int:
         if self.snapshot_every is not None:
             return self.snapshot_every
-        return 10_000 if self.s3_endpoint and self.s3_bucket else 250
+        # a snapshot of a tenant in memory, or in S3, is the whole tenant each time
+        return 10_000 if (self.s3_endpoint and self.s3_bucket) or self.store == "memory" else 250
 
     @property
     def archive_root(self) -> Path:
