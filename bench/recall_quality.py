@@ -173,13 +173,14 @@ def main() -> None:
     ap.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     ap.add_argument("--fusions", default=",".join(FUSIONS), help="comma-separated fusion methods")
     ap.add_argument("--no-ablation", action="store_true")
+    ap.add_argument("--embedder", default="minilm", help="ENGRAM_EMBEDDER's names (default minilm)")
     ap.add_argument("--http-check", default=None, metavar="CHAT", help="a chat to ask through HTTP too")
     args = ap.parse_args()
     base = load_settings()
     splits = list(SPLITS) if args.split == "both" else [args.split]
     chats = {name: load_chats(names=SPLITS[name]) for name in splits}
     every = [c for name in splits for c in chats[name]]
-    embedder = load_embedder("minilm")
+    embedder = load_embedder(args.embedder)
     events = embedded_events(every, embedder, base.cache_dir)
     vectors = question_vectors(every, embedder, base.cache_dir)
     out: dict[str, Any] = {"benchmark": "recall_quality", "embedder": embedder.name, "limit": 10}

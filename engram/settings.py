@@ -54,7 +54,8 @@ class Settings(BaseSettings):
         "Not on the log, and not in the same backups as it.",
     )
     cache_dir: Path = Field(
-        default_factory=default_cache_dir, description="Kafka and s3proxy jars fetched from Maven Central."
+        default_factory=default_cache_dir,
+        description="Kafka and s3proxy jars fetched from Maven Central; the minilm-int8 ONNX graph.",
     )
     archive_dir: Path | None = Field(
         None, description="The local object store (when no S3 endpoint is set); DATA_DIR/archive if unset."
@@ -136,13 +137,20 @@ class Settings(BaseSettings):
         ge=1,
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
     )
+    projector_batch_ms: float = Field(
+        500.0,
+        gt=0,
+        description="Time a projector batch should take: it holds as many records as are handled in it.",
+    )
     sparql_timeout_s: float = Field(
         10.0,
         gt=0,
         description="Longest a SPARQL query evaluates: past it, its sandboxed evaluator is killed (422).",
     )
     embedder: str = Field(
-        "minilm", description="Embedding model: minilm (all-MiniLM-L6-v2, offline) or hashing[-DIM]."
+        "minilm",
+        description="Embedding model: minilm (all-MiniLM-L6-v2, offline), minilm-int8 (the same weights in "
+        "int8 on onnxruntime, ~3.5x faster, vectors of its own model id) or hashing[-DIM].",
     )
     query_embedding_worker: bool = Field(
         True,
