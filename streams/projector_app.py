@@ -15,6 +15,7 @@ from engram.projections.stores import TenantStores
 from engram.schemas.events import Position
 from engram.streams.dead_letters import send_dead_letter
 from engram.streams.faust_app import faust_app
+from engram.streams.held_acks import HeldAcks
 from engram.streams.indexer import Indexer
 from engram.streams.projector import Record, Result, handle_batch_with_retries
 from engram.streams.take import BatchBound, take_available
@@ -77,9 +78,14 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
 
     Each record is reported to ``progress`` (reads, ``?wait=true``) as soon as its tenant's run
     commits, and goes to the indexer, which reports it again once its memories are also
-    searchable; the batch is reported in log order (readiness) once it is all handled.
+    searchable; the batch is reported in log order (readiness) once it is all handled. With
+    stores in memory its offsets are committed only once snapshots hold it (``streams.held_acks``).
     """
     app = faust_app(settings, settings.projector_group(), "faust")
+    held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
+    # the agent's batches and the timer's snapshots, one at a time
+    writing = held.writing if held is not None else asyncio.Lock()
+    app.held_acks = held  # type: ignore[attr-defined]
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
 
@@ -105,11 +111,25 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
             records = [as_record(item.message) for item in items]
             progress.batch(len(records))
             report = Reporter(records, progress, indexer)
-            started = time.perf_counter()
-            results = await handle_batch_with_retries(
-                records, stores, sink, partitions=partitions, committed=report.run
-            )
-            bound.observe(len(records), time.perf_counter() - started)
+            async with writing:
+                started = time.perf_counter()
+                results = await handle_batch_with_retries(
+                    records, stores, sink, partitions=partitions, committed=report.run
+                )
+                bound.observe(len(records), time.perf_counter() - started)
+                if held is not None:
+                    await stores.trim()  # evictions save what they drop: before the acks are weighed
+                    if held.stopping:
+                        await held.save_due(everything=True)
+                    held.hold(items)
             report.rest(results)
+
+    if held is not None:
+
+        @app.timer(interval=max(0.5, settings.snapshot_after_s / 4))
+        async def save_memory_stores() -> None:
+            async with writing:
+                await stores.trim()
+                await held.save_due()
 
     return app
