@@ -58,8 +58,20 @@ ABLATION: dict[str, tuple[Ranking, bool]] = {  # (ranking, against the wall cloc
     "without pseudo-relevance feedback": (dataclasses.replace(DEFAULT_RANKING, feedback_docs=0), False),
     "without query time expressions": (dataclasses.replace(DEFAULT_RANKING, time_boost=0), False),
     "with 200 candidates per index (not 100)": (dataclasses.replace(DEFAULT_RANKING, pool=200), False),
+    "with BM25 k1 1.2, b 0.75 (tantivy's own)": (
+        dataclasses.replace(DEFAULT_RANKING, bm25_k1=1.2, bm25_b=0.75),
+        False,
+    ),
     "before (old weights, wall clock, no context)": (
-        dataclasses.replace(DEFAULT_RANKING, context_hits=0, feedback_docs=0, time_boost=0, **OLD_WEIGHTS),
+        dataclasses.replace(
+            DEFAULT_RANKING,
+            context_hits=0,
+            feedback_docs=0,
+            time_boost=0,
+            bm25_k1=1.2,
+            bm25_b=0.75,
+            **OLD_WEIGHTS,
+        ),
         True,
     ),
 }
@@ -173,13 +185,14 @@ def main() -> None:
     ap.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     ap.add_argument("--fusions", default=",".join(FUSIONS), help="comma-separated fusion methods")
     ap.add_argument("--no-ablation", action="store_true")
+    ap.add_argument("--embedder", default="minilm", help="ENGRAM_EMBEDDER's names (default minilm)")
     ap.add_argument("--http-check", default=None, metavar="CHAT", help="a chat to ask through HTTP too")
     args = ap.parse_args()
     base = load_settings()
     splits = list(SPLITS) if args.split == "both" else [args.split]
     chats = {name: load_chats(names=SPLITS[name]) for name in splits}
     every = [c for name in splits for c in chats[name]]
-    embedder = load_embedder("minilm")
+    embedder = load_embedder(args.embedder)
     events = embedded_events(every, embedder, base.cache_dir)
     vectors = question_vectors(every, embedder, base.cache_dir)
     out: dict[str, Any] = {"benchmark": "recall_quality", "embedder": embedder.name, "limit": 10}

@@ -68,8 +68,12 @@ class Projection:
         await self.projector.start()
 
     async def stop(self) -> None:
+        if (held := getattr(self.projector, "held_acks", None)) is not None:
+            await held.drain()  # in memory: every tenant saved, every offset free to commit
         await self.projector.stop()
         await self.indexer.stop()
+        for tenant, graph in self.stores.unsaved():  # in memory: a restart need not consume them again
+            await asyncio.to_thread(self.snapshots.take, tenant, graph)
 
 
 def compose_projection(settings: Settings) -> Projection:
@@ -83,6 +87,7 @@ def compose_projection(settings: Settings) -> Projection:
         vectors=(embedder.name, embedder.dim),
         keys=KeyStore(settings.key_store_dir),
         embed=memory_embedding(embedder),
+        memory=settings.store == "memory",
     )
     snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
     stores.snapshots = snapshots

@@ -10,6 +10,7 @@ import logging
 import secrets
 import uuid
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, field_validator
@@ -53,7 +54,8 @@ class Settings(BaseSettings):
         "Not on the log, and not in the same backups as it.",
     )
     cache_dir: Path = Field(
-        default_factory=default_cache_dir, description="Kafka and s3proxy jars fetched from Maven Central."
+        default_factory=default_cache_dir,
+        description="Kafka and s3proxy jars fetched from Maven Central; the minilm-int8 ONNX graph.",
     )
     archive_dir: Path | None = Field(
         None, description="The local object store (when no S3 endpoint is set); DATA_DIR/archive if unset."
@@ -90,7 +92,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Take a tenant snapshot (its store, in the object store) every this many events it "
         "handles, so a replay or an as_of starts there; 0: only on demand. Unset: 250 in a local "
-        "object store (hard links: a snapshot costs ~30 ms), 10000 in S3 (each uploads the whole store).",
+        "object store (hard links: a snapshot costs ~30 ms), 10000 in S3 (each uploads the whole store) "
+        "or with ENGRAM_STORE=memory (each dumps the whole store).",
     )
     ontology_dir: Path = Field(ONTOLOGY_DIR, description="Turtle ontology and SHACL shapes.")
     rules_dir: Path = Field(RULES_DIR, description="Datalog rules (*.dlog).")
@@ -118,10 +121,26 @@ class Settings(BaseSettings):
     )
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    store: Literal["disk", "memory"] = Field(
+        "disk",
+        description="Where an open tenant's graph lives: `disk` (a RocksDB store per tenant) or `memory` "
+        "(opened from its newest snapshot; the log after it is consumed again after a crash).",
+    )
+    snapshot_after_s: float = Field(
+        5.0,
+        gt=0,
+        description="With `ENGRAM_STORE=memory`, a tenant's unsaved events are snapshotted at most this "
+        "long after it was last saved; the projector's committed offsets wait for its snapshots.",
+    )
     projector_batch_max: int = Field(
         2000,
         ge=1,
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
+    )
+    projector_batch_ms: float = Field(
+        500.0,
+        gt=0,
+        description="Time a projector batch should take: it holds as many records as are handled in it.",
     )
     sparql_timeout_s: float = Field(
         10.0,
@@ -129,7 +148,9 @@ class Settings(BaseSettings):
         description="Longest a SPARQL query evaluates: past it, its sandboxed evaluator is killed (422).",
     )
     embedder: str = Field(
-        "minilm", description="Embedding model: minilm (all-MiniLM-L6-v2, offline) or hashing[-DIM]."
+        "minilm",
+        description="Embedding model: minilm (all-MiniLM-L6-v2, offline), minilm-int8 (the same weights in "
+        "int8 on onnxruntime, ~3.5x faster, vectors of its own model id) or hashing[-DIM].",
     )
     query_embedding_worker: bool = Field(
         True,
@@ -242,7 +263,8 @@ class Settings(BaseSettings):
     def snapshot_interval(self) -> int:
         if self.snapshot_every is not None:
             return self.snapshot_every
-        return 10_000 if self.s3_endpoint and self.s3_bucket else 250
+        # a snapshot of a tenant in memory, or in S3, is the whole tenant each time
+        return 10_000 if (self.s3_endpoint and self.s3_bucket) or self.store == "memory" else 250
 
     @property
     def archive_root(self) -> Path:

@@ -12,6 +12,7 @@ import string
 from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
+from engram.projections.conflict_sets import CONFLICTS_WITH, IN_SET, conflict_quads, explain_pair
 from engram.projections.rules.compile import Value
 from engram.projections.rules.engine import Derivation
 from engram.projections.tenant_graph import TenantGraph
@@ -126,14 +127,21 @@ def seen_derivation(derivation: Derivation, sees: MemoryFilter) -> Derivation | 
 def inferred_about(
     graph: TenantGraph, subject: NamedNode, *, depth: int = 3, sees: MemoryFilter = everything
 ) -> list[InferredView]:
-    """Every inferred fact with ``subject``, each with how it was derived; with ``sees``, only
+    """Every inferred fact with ``subject``, each with how it was derived (its ``conflictsWith``
+    pairs read from its conflict sets, which stand for them and are not listed); with ``sees``, only
     what the principal may see: a fact that names a hidden memory, or that every derivation of
     derives through one, is left out, as it would not be there without that memory."""
     out: list[InferredView] = []
-    for quad in sorted(graph.store.quads_for_pattern(subject, None, None, INFERRED), key=str):
+    stored = graph.store.quads_for_pattern(subject, None, None, INFERRED)
+    quads = [*(q for q in stored if q.predicate != IN_SET), *conflict_quads(graph.store, subject)]
+    memo: dict[Triple, list[Derivation]] = {}
+    for quad in sorted(quads, key=str):
         if not fact_shown(quad.triple, sees):
             continue
-        derivations = graph.explain(quad.triple, depth=depth)
+        if quad.predicate == CONFLICTS_WITH:  # read from the conflict sets, not stored
+            derivations = explain_pair(graph, quad.triple, depth=depth, memo=memo)
+        else:
+            derivations = graph.explain(quad.triple, depth=depth)
         kept = [d for d in (seen_derivation(d, sees) for d in derivations) if d is not None]
         if derivations and not kept:
             continue

@@ -18,6 +18,7 @@ from pyoxigraph import NamedNode
 
 DEFAULT_ONTOLOGY_DIR = Path(engram.ontology.__file__).parent
 DEFAULT_RULES_DIR = Path(engram.rules.__file__).parent
+READ_TIME = frozenset({v.ENGRAM + "conflictsWith"})  # the rules' word, read from the conflict sets
 
 
 @dataclass(frozen=True)
@@ -50,5 +51,5 @@ def load_knowledge(
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     heads = [head for rule in program.rules for head in rule.heads if isinstance(head.p, NamedNode)]
     classes = frozenset(h.o.value for h in heads if h.p.value == v.RDF_TYPE and isinstance(h.o, NamedNode))
-    predicates = frozenset(h.p.value for h in heads if h.p.value != v.RDF_TYPE)
+    predicates = frozenset(h.p.value for h in heads if h.p.value != v.RDF_TYPE) | READ_TIME
     return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest(), classes, predicates)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engram.projections.tenant_graph import Outcome
@@ -16,7 +17,12 @@ class Handled:
 
 
 class Progress:
-    """Remembers the outcome of recently handled records and wakes whoever waits for one."""
+    """Remembers the outcome of recently handled records and wakes whoever waits for one.
+
+    ``last_offset`` is a watermark per partition (readiness, read-your-writes): every record at or
+    below it is handled. Records announced with ``taken`` may be handled in any order (a batch's
+    runs commit tenant by tenant): the watermark passes one only once every record taken before
+    it is handled too."""
 
     def __init__(self, *, keep: int = 50_000) -> None:
         self.keep = keep
@@ -25,11 +31,28 @@ class Progress:
         self._batches: Counter[int] = Counter()  # the projector's batches by size, in powers of two
         self._recent: OrderedDict[tuple[int, int], Handled] = OrderedDict()
         self._waiters: dict[tuple[int, int], list[asyncio.Future[Handled]]] = {}
+        self._taken: dict[int, deque[int]] = {}  # per partition, in log order
+        self._open: dict[int, set[int]] = {}  # taken and not yet handled
+
+    def taken(self, positions: Iterable[tuple[int, int]]) -> None:
+        """These (partition, offset), in log order per partition, are being handled."""
+        for partition, offset in positions:
+            self._taken.setdefault(partition, deque()).append(offset)
+            self._open.setdefault(partition, set()).add(offset)
+
+    def _advance(self, partition: int, offset: int) -> None:
+        taken, open_ = self._taken.get(partition), self._open.get(partition)
+        if not taken or open_ is None:
+            self.last_offset[partition] = max(offset, self.last_offset.get(partition, -1))
+            return
+        open_.discard(offset)
+        while taken and taken[0] not in open_:
+            self.last_offset[partition] = max(taken.popleft(), self.last_offset.get(partition, -1))
 
     def record(self, tenant: str | None, partition: int, offset: int, outcome: Outcome) -> None:
         key = (partition, offset)
         handled = Handled(tenant, outcome)
-        self.last_offset[partition] = max(offset, self.last_offset.get(partition, -1))
+        self._advance(partition, offset)
         self.counts[outcome.status.value] += 1
         self._recent[key] = handled
         while len(self._recent) > self.keep:
@@ -57,7 +80,8 @@ class Progress:
         fut: asyncio.Future[Handled] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, []).append(fut)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: the waiter wakes one loop turn sooner
+                return await fut
         except TimeoutError:
             return None
         finally:

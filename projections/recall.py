@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from engram.projections import query_time
+from engram.projections import query_time, text_index
 from engram.projections.indexes import TenantIndexes
 from engram.projections.ontology import Ontology
 from engram.projections.text_index import terms
@@ -62,6 +62,8 @@ class Ranking:
     feedback_weight: float = 0.2  # boost of the best added word (the query's own words have 1)
     time_boost: float = 0.2  # added for a valid time inside what the query names ("on 5 Jan 2024")
     time_slack_days: float = 3.0  # the boost falls to 0 this far outside it
+    bm25_k1: float = text_index.K1  # BM25's term-frequency saturation (tantivy's own: 1.2)
+    bm25_b: float = text_index.B  # BM25's length normalisation (tantivy's own: 0.75)
 
 
 DEFAULT_RANKING = Ranking()
@@ -349,8 +351,11 @@ def search(
             found = [f for f in found if held_at(indexes.graph, f.id, query.valid_at)]
         return found
 
+    def text_search(k: int, extra: Mapping[str, float] | None = None) -> dict[str, float]:
+        return dict(indexes.text.search(query.q, k, extra, k1=ranking.bm25_k1, b=ranking.bm25_b))
+
     while True:
-        bm25 = dict(indexes.text.search(query.q, pool)) if query.fusion != "vector" else {}
+        bm25 = text_search(pool) if query.fusion != "vector" else {}
         query_vector = resolve(query_vector)  # after the BM25 search, which it may overlap
         vector = {}
         if query_vector is not None and query.fusion != "bm25":
@@ -373,7 +378,7 @@ def search(
         expansion = feedback(query.q, texts, indexes.text.doc_freq, indexes.text.count(), ranking)
         if expansion:
             original = bm25
-            bm25 = dict(indexes.text.search(query.q, pool, extra=expansion))
+            bm25 = text_search(pool, expansion)
             if query_vector is not None:
                 vector.update(
                     indexes.vectors.similarities(query_vector, [i for i in bm25 if i not in vector])

@@ -4,10 +4,11 @@ supersessions are appended by the command layer (``commands.resolutions``), wher
 decides them like any other write.
 
 The sets are the rules' own (``rules/conflicts.dlog``): active memories joined by
-``conflictsWith`` (the same class and key, the same scope, a shared stakeholder), taken as
-connected components. Seen through the principal's ``sees`` filter: a memory it may not see is not
-in any set it is shown, so it is never named, never chosen as the winner (a visible memory would
-then be superseded by a hidden one) and never superseded on its behalf.
+``conflictsWith`` (the same class and key, the same scope, a shared stakeholder: members of one
+``inConflictSet``), taken as connected components. Seen through the principal's ``sees``
+filter: a memory it may not see is not in any set it is shown, so it is never named, never
+chosen as the winner (a visible memory would then be superseded by a hidden one) and never
+superseded on its behalf.
 
 The policies, each with a total order (ties go to the newer, then to the larger id, so the choice
 is deterministic):
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engram.projections.conflict_sets import all_sets, partners
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import INFERRED, e, memory_iri
 from engram.projections.visibility import MemoryFacts, MemoryFilter, memory_facts
@@ -67,14 +69,12 @@ def conflict_sets(graph: TenantGraph, sees: MemoryFilter) -> list[list[str]]:
     """The rules' conflicting sets among the memories ``sees`` lets through, each sorted, the sets
     ordered by their first member."""
     links: dict[str, set[str]] = {}
-    for q in graph.store.quads_for_pattern(None, e("conflictsWith"), None, INFERRED):
-        a, b = q.subject.value, q.object.value
-        if not (a.startswith(MEMORY_PREFIX) and b.startswith(MEMORY_PREFIX)):
-            continue
-        a, b = a[len(MEMORY_PREFIX) :], b[len(MEMORY_PREFIX) :]
-        if sees(a) and sees(b):
-            links.setdefault(a, set()).add(b)
-            links.setdefault(b, set()).add(a)
+    for members in all_sets(graph.store):  # a set's visible members, pairwise linked: as a star
+        ids = [m.value[len(MEMORY_PREFIX) :] for m in members if m.value.startswith(MEMORY_PREFIX)]
+        seen = [m for m in ids if sees(m)]
+        for other in seen[1:]:
+            links.setdefault(seen[0], set()).add(other)
+            links.setdefault(other, set()).add(seen[0])
     out, done = [], set()
     for start in sorted(links):
         if start in done:
@@ -150,7 +150,5 @@ def resolve(
 
 def in_conflict(graph: TenantGraph, memory_id: str, sees: MemoryFilter) -> bool:
     """Whether a memory is in a conflicting set ``sees`` may be shown."""
-    return any(
-        sees(q.object.value.removeprefix(MEMORY_PREFIX))
-        for q in graph.store.quads_for_pattern(memory_iri(memory_id), e("conflictsWith"), None, INFERRED)
-    )
+    others = partners(graph.store, memory_iri(memory_id))
+    return any(sees(other.value.removeprefix(MEMORY_PREFIX)) for other in others)

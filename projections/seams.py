@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from engram.projections.tenant_graph import TenantGraph
+from pyoxigraph import Store
 
 
 class Keys(Protocol):
@@ -30,4 +31,14 @@ class Snapshotter(Protocol):
 
     def take(self, tenant: str, graph: TenantGraph) -> object: ...
 
-    def purge(self, tenant: str) -> int: ...
+    def purge(self, tenant: str, *, keep: int | None = None) -> int: ...
+
+    def newest(self, tenant: str) -> Snapshot | None: ...
+
+    def load(self, snap: Snapshot) -> Store: ...
+
+
+class Snapshot(Protocol):
+    """What a tenant's in-memory store opens from: a snapshot's checkpoint offset."""
+
+    offset: int

@@ -67,6 +67,7 @@ class PropertyShape:
     max_length: int | None = None
     pattern: re.Pattern[str] | None = None
     pattern_text: str | None = None  # as sh:pattern states it (XPath), for messages and JSON Schema
+    local: str = ""  # the path as messages name it (``_local``), worked out once, not per node checked
 
     def check(self, values: Sequence[Term], local: str) -> list[str]:
         out = []
@@ -155,10 +156,8 @@ class Shapes:
         for cls in sorted(targets):
             for shape in self.by_class.get(cls, []):
                 for prop in shape.properties:
-                    out += [
-                        f"{_local(cls)}: {msg}"
-                        for msg in prop.check(facts.get(prop.path, ()), _local(prop.path))
-                    ]
+                    found = prop.check(facts.get(prop.path, ()), prop.local)
+                    out += [f"{_local(cls)}: {msg}" for msg in found]
         return out
 
 
@@ -223,6 +222,7 @@ def _compile_property(store: Store, node: Term, where: str) -> PropertyShape:
     pattern = _one(props, "pattern")
     return PropertyShape(
         path=path.value,
+        local=_local(path.value),
         min_count=count("minCount") or 0,
         max_count=count("maxCount"),
         datatypes=frozenset(datatypes),

@@ -1,4 +1,11 @@
-"""Where tenants' stores live: one directory per tenant, opened on demand, a bounded number open."""
+"""Where tenants' stores live: one directory per tenant, opened on demand, a bounded number open.
+
+With ``memory`` (``ENGRAM_STORE=memory``) each open tenant's graph is an in-memory store: it opens
+from the tenant's newest snapshot (``Snapshotter.load``) and the log after it comes again from the
+projector's consumer, whose committed offsets never pass what the snapshots hold (see
+``streams.projector_app``). A tenant's directory then holds a ``memory`` mark (the tenant exists),
+its search indexes and erasure mark; an unsaved tenant is snapshotted before it is evicted.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 ERASING = "erasing"  # in a tenant's directory while a forget's words may still be in its files
+MEMORY = "memory"  # in a tenant's directory when its graph is held in memory (and in snapshots)
 
 
 class StoreLocked(Exception):
@@ -60,11 +68,14 @@ class TenantStores:
         vectors: tuple[str, int] | None = None,
         keys: Keys | None = None,
         embed: EmbedMemories | None = None,
+        memory: bool = False,
     ) -> None:
         """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes.
         ``embed`` re-embeds a revised memory by that model as the indexes refresh it.
-        ``keys`` unseals memory events (without it every sealed event reads as erased)."""
+        ``keys`` unseals memory events (without it every sealed event reads as erased).
+        ``memory``: graphs in memory, durable through ``snapshots`` (volatile without them)."""
         self.root = root
+        self.memory = memory
         self.keys = keys
         # set by the process that runs the projector, when it takes tenant snapshots
         self.snapshots: Snapshotter | None = None
@@ -90,6 +101,8 @@ class TenantStores:
     def exists(self, tenant: str) -> bool:
         if not v.full_match(v.TENANT_RE, tenant):
             return False
+        if self.memory:
+            return tenant in self._open or (self.root / tenant / MEMORY).exists()
         self._finish_vacuum(tenant)
         return self._path(tenant).is_dir()
 
@@ -101,6 +114,8 @@ class TenantStores:
             return graph
         if not create and not self.exists(tenant):
             return None
+        if self.memory:
+            return self._open_memory(tenant)
         if (self._path(tenant).parent / ERASING).exists():
             self._finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
         try:
@@ -108,13 +123,82 @@ class TenantStores:
         except OSError:
             gc.collect()  # an evicted handle may still hold the RocksDB lock until collected
             graph = opened(tenant, lambda: TenantGraph(self._path(tenant), self.knowledge))
-        self._open[tenant] = graph
-        while len(self._open) > self.max_open:
-            self._close(next(iter(self._open)))
+        self._opened(tenant, graph)
         return graph
 
+    def _opened(self, tenant: str, graph: TenantGraph) -> None:
+        self._open[tenant] = graph
+        if not self.memory:  # in memory, ``trim`` evicts, between the projector's batches
+            while len(self._open) > self.max_open:
+                self._close(next(iter(self._open)))
+
+    async def trim(self) -> int:
+        """Evict in-memory graphs, least recently used first, down to ``max_open``; how many.
+
+        Called by the projector between batches only: a graph evicted while a run holds it would
+        take that run's commit away with it. An unsaved graph is snapshotted first, in a thread
+        (the loop goes on serving reads), or kept when there is nowhere to save it (no snapshots:
+        a volatile store, for tests and benchmarks) or its snapshot failed (its offsets stay
+        uncommitted)."""
+        evicted = 0
+        for old in list(self._open):
+            if len(self._open) <= self.max_open:
+                break
+            graph = self._open.get(old)
+            if graph is None or (graph.unsaved() and self.snapshots is None):
+                continue
+            if graph.unsaved():
+                try:
+                    await asyncio.to_thread(self.snapshots.take, old, graph)  # type: ignore[union-attr]
+                except Exception:
+                    log.exception("snapshot of %s failed; it stays open", old)
+                    continue
+            if self._open.get(old) is graph and not graph.unsaved():
+                self._close(old)
+                evicted += 1
+        return evicted
+
+    def _open_memory(self, tenant: str) -> TenantGraph:
+        """The tenant's graph in memory, from its newest snapshot (empty if it has none yet).
+
+        A tenant with an erasure mark had a forget committed whose erasure a crash may have cut
+        short: the snapshots before the newest go (the newest is the one durable copy of its
+        events; if it still holds the words, the forget, not yet saved, comes again from the log
+        and erases them)."""
+        directory = self._path(tenant).parent
+        directory.mkdir(parents=True, exist_ok=True)
+        snap = self.snapshots.newest(tenant) if self.snapshots is not None else None
+        if (directory / ERASING).exists():
+            shutil.rmtree(directory / "text", ignore_errors=True)
+            if self.snapshots is not None:
+                self.snapshots.purge(tenant, keep=snap.offset if snap is not None else None)
+            self._erased(tenant)
+        store = self.snapshots.load(snap) if snap is not None and self.snapshots is not None else Store()
+        (directory / MEMORY).touch()
+        graph = TenantGraph(self._path(tenant), self.knowledge, memory=store)
+        self._opened(tenant, graph)
+        return graph
+
+    def unsaved(self) -> list[tuple[str, TenantGraph]]:
+        """The open in-memory graphs holding events no snapshot holds yet."""
+        return [(t, g) for t, g in self._open.items() if g.unsaved()]
+
+    def durable_below(self) -> dict[int, int]:
+        """By partition, the offset before which every handled record is durable without the log
+        (its tenant's snapshot or store holds it); a partition not named: every handled one is."""
+        floors: dict[int, int] = {}
+        for _, graph in self.unsaved():
+            if (cp := graph.checkpoint()) is not None:
+                saved = graph.saved.offset + 1 if graph.saved is not None else 0
+                floors[cp.partition] = min(floors.get(cp.partition, saved), saved)
+        return floors
+
     def _close(self, tenant: str) -> None:
-        """Close the tenant's indexes and flush its graph; the handle goes with its last reference."""
+        """Close the tenant's indexes and flush its graph; the handle goes with its last reference.
+        An in-memory graph holding unsaved events is snapshotted first (in the caller's thread)."""
+        graph = self._open.get(tenant)
+        if graph is not None and graph.unsaved() and self.snapshots is not None:
+            self.snapshots.take(tenant, graph)  # a failure keeps it open, unsaved and counted
         if (indexes := self._indexes.pop(tenant, None)) is not None:
             indexes.close()
         if (graph := self._open.pop(tenant, None)) is not None:
@@ -207,7 +291,9 @@ class TenantStores:
             started = time.perf_counter()
             quads = 0
             graph = self.get(tenant)  # an erasure a crash cut short is completed by this
-            if graph is not None and (self._path(tenant).parent / ERASING).exists():
+            if self.memory:
+                quads = await self._erase_memory(tenant, graph)
+            elif graph is not None and (self._path(tenant).parent / ERASING).exists():
                 source = graph.store
                 del graph
                 quads = await asyncio.to_thread(_copy, source, self._path(tenant).with_name("graph.vacuum"))
@@ -222,6 +308,26 @@ class TenantStores:
                 "%d snapshots deleted, in %.0f ms", tenant, quads, purged, took_ms,
             )  # fmt: skip
 
+    async def _erase_memory(self, tenant: str, graph: TenantGraph | None) -> int:
+        """An in-memory graph copied into a fresh store (the old one's strings go with it), then
+        snapshotted; only then are the older snapshots purged (``_purge_copies``): there is always one
+        durable copy of the tenant's events, and after the purge none holds the forgotten words."""
+        if graph is None:
+            return 0
+        if (indexes := self._indexes.pop(tenant, None)) is not None:
+            indexes.close()  # its text index is dropped next; it opens again from the graph
+        fresh, source = Store(), graph.store
+
+        def copy() -> None:  # the quads are read on the thread that writes them
+            fresh.bulk_extend(source.quads_for_pattern(None, None, None, None))
+
+        await asyncio.to_thread(copy)
+        with graph._writing():
+            graph.store = fresh
+        if self.snapshots is not None:
+            await asyncio.to_thread(self.snapshots.take, tenant, graph)
+        return len(fresh)
+
     def _finish_erasure(self, tenant: str) -> None:
         """An erasure, synchronously: for a store opened with the mark a crash left."""
         if self.exists(tenant):
@@ -233,7 +339,12 @@ class TenantStores:
         """The erasure's copies on disk besides the store: the text index and the snapshots (how
         many were deleted)."""
         shutil.rmtree(self._path(tenant).parent / "text", ignore_errors=True)
-        return self.snapshots.purge(tenant) if self.snapshots is not None else 0
+        if self.snapshots is None:
+            return 0
+        if self.memory:  # the newest, taken after the forget, is the tenant's one durable copy
+            newest = self.snapshots.newest(tenant)
+            return self.snapshots.purge(tenant, keep=newest.offset if newest is not None else None)
+        return self.snapshots.purge(tenant)
 
     def _erased(self, tenant: str) -> None:
         """The listeners drop their copies (on the caller's thread, the event loop's); the mark goes."""
@@ -266,15 +377,16 @@ class TenantStores:
     def tenants(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if (p / "graph").is_dir())
+        return sorted(
+            p.name for p in self.root.iterdir() if (p / MEMORY if self.memory else p / "graph").exists()
+        )
 
     def close(self) -> None:
         for indexes in self._indexes.values():
             indexes.close()
         self._indexes.clear()
-        for graph in self._open.values():
-            graph.flush()
-        self._open.clear()
+        for tenant in list(self._open):
+            self._close(tenant)  # an unsaved in-memory graph is snapshotted
 
 
 def _copy(source: Store, fresh_path: Path) -> int:

@@ -68,15 +68,27 @@ class TenantGraph:
     re-materialised from its asserted facts before it is used.
     """
 
-    def __init__(self, path: Path, knowledge: Knowledge | None = None) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(
+        self, path: Path, knowledge: Knowledge | None = None, *, memory: Store | None = None
+    ) -> None:
+        """``memory``: the graph held in this in-memory store (``ENGRAM_STORE=memory``; ``path`` then
+        names the tenant's directory for its indexes, and snapshots are its durable copies)."""
+        (path.parent if memory is not None else path).mkdir(parents=True, exist_ok=True)
         self.path = path
         self.knowledge = knowledge or load_knowledge()
-        self.store = Store(str(path))
+        self.in_memory = memory is not None
+        self.store = memory if memory is not None else Store(str(path))
         # moves before and after every write, so a reader's cache of derived facts (the search
         # indexes' candidates) knows whether they may have changed since it looked
         self.generation = 0
         self._ensure_inferred()
+        # in memory: the checkpoint its newest snapshot holds (None: none yet); the log after it
+        # is not durable anywhere but the log itself, so the projector commits no offset past it
+        self.saved: Position | None = self.checkpoint() if self.in_memory else None
+
+    def unsaved(self) -> bool:
+        """Whether an in-memory graph holds events its newest snapshot does not."""
+        return self.in_memory and self.checkpoint() != self.saved
 
     # -- state ------------------------------------------------------------------------------
     def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:
@@ -273,7 +285,8 @@ class TenantGraph:
         return self.store.quads_for_pattern(None, None, None, graph)
 
     def flush(self) -> None:
-        self.store.flush()
+        if not self.in_memory:
+            self.store.flush()
 
     def reopen(self, move: Callable[[], None]) -> None:
         """Close the store, let ``move`` replace its directory (a vacuum's fresh copy), open it again,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from engram.projections.conflict_sets import partners
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
 from engram.schemas import vocabulary as v
@@ -231,11 +232,15 @@ def _lean_facts(graph: TenantGraph, memory_id: str) -> MemoryFacts | None:
 
 
 def inferred_by_name(graph: TenantGraph, memory_id: str) -> dict[str, list[Any]]:
-    """The rules' facts about a memory, by predicate name (its statuses, keys, conflicts)."""
+    """The rules' facts about a memory, by predicate name (its statuses, keys, conflicts: the
+    ``conflictsWith`` pairs read from its conflict sets, which stand for them and are not listed)."""
     out: dict[str, list[Any]] = {}
-    for q in graph.store.quads_for_pattern(memory_iri(memory_id), None, None, INFERRED):
+    m = memory_iri(memory_id)
+    for q in graph.store.quads_for_pattern(m, None, None, INFERRED):
         if q.predicate.value.startswith(v.ENGRAM):
             out.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object)
+    if out.pop("inConflictSet", None) and (others := partners(graph.store, m)):
+        out["conflictsWith"] = list(others)
     return out
 
 

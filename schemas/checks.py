@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from engram.schemas import vocabulary as v
@@ -62,7 +63,66 @@ def show(value: Any) -> str:
 
 def hostile_values(value: Any, where: str) -> Iterator[str]:
     """Non-finite numbers, integers Avro's long cannot hold (a union would turn them into doubles)
-    and strings that are not valid Unicode (lone surrogates), anywhere."""
+    and strings that are not valid Unicode (lone surrogates), anywhere. Every event read is checked,
+    and nearly all are clean: a quick pass says so, and only a value that fails it is walked for
+    its reasons."""
+    return iter(()) if _clean(value) else _hostile(value, where)
+
+
+def _clean(value: Any) -> bool:
+    """No hostile value in ``value``: exact types decided here, anything else by ``_hostile``."""
+    t = type(value)
+    if t is str:
+        return value.isascii() or _utf8(value)
+    if value is None or t is bool:
+        return True
+    if t is int:
+        return v.LONG_MIN <= value <= v.LONG_MAX
+    if t is float:
+        return math.isfinite(value)
+    if t is dict or t is MappingProxyType:
+        # loops, not all(...): a generator's frame per level would halve the nesting that reads
+        for key, item in value.items():  # noqa: SIM110
+            if not (_clean(key) and _clean(item)):
+                return False
+        return True
+    if t is list or t is tuple:
+        if finite_floats(value):
+            return True
+        for item in value:  # noqa: SIM110
+            if not _clean(item):
+                return False
+        return True
+    return next(_hostile(value, ""), None) is None
+
+
+def finite_floats(values: list[Any] | tuple[Any, ...], limit: float = math.inf) -> bool:
+    """Whether ``values`` is a vector: all floats, finite, none of magnitude above ``limit``.
+
+    Decided in C (an embedding has hundreds of components, each checked per event read): False
+    means "not shown so", and the caller checks item by item as it would without this.
+    A finite sum has no infinity or NaN among its terms (one that overflows only falls back)."""
+    return (
+        len(values) > 0
+        and type(values[0]) is float
+        and set(map(type, values)) == _FLOAT
+        and math.isfinite(sum(values))
+        and max(map(abs, values)) <= limit
+    )
+
+
+_FLOAT = {float}
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _hostile(value: Any, where: str) -> Iterator[str]:
     if isinstance(value, float) and not math.isfinite(value):
         yield f"{where}: numbers must be finite, got {value!r}"
     elif isinstance(value, int) and not isinstance(value, bool) and not v.LONG_MIN <= value <= v.LONG_MAX:
@@ -74,11 +134,14 @@ def hostile_values(value: Any, where: str) -> Iterator[str]:
             yield f"{where}: text must be valid Unicode (no lone surrogates)"
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from hostile_values(key, where)
-            yield from hostile_values(item, f"{where}.{key}" if isinstance(key, str) else where)
+            yield from _hostile(key, where)
+            yield from _hostile(item, f"{where}.{key}" if isinstance(key, str) else where)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from hostile_values(item, where)
+            yield from _hostile(item, where)
+
+
+_IMPORTANCE = (min(v.Importance), max(v.Importance))  # checked on every memory event read
 
 
 class Problems:
@@ -112,7 +175,7 @@ class Problems:
         self.require(
             isinstance(value, int)
             and not isinstance(value, bool)
-            and min(v.Importance) <= value <= max(v.Importance),
+            and _IMPORTANCE[0] <= value <= _IMPORTANCE[1],
             f"importance must be an integer 1-5, got {show(value)}",
         )
 

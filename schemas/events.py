@@ -219,14 +219,20 @@ def _check_envelope(c: Problems, tenant: Any, source: Any, actor: Actor, event_i
     c.require(canonical_id == event_id, f"event_id must be a UUID in canonical form, got {show(event_id)}")
 
 
+HOSTILE_CHECKED = ("event_id", "tenant", "source", "purpose", "correlation_id")  # and actor, payload
+
+
 def validate(event: Event) -> None:
     """Raise :class:`InvalidEvent` naming every broken domain rule; Avro checks the types."""
     c = Problems()
     record = event.payload.to_record()
-    for field_name in ("event_id", "tenant", "source", "purpose", "correlation_id"):
-        c.reasons.extend(hostile_values(getattr(event, field_name), field_name))
-    c.reasons.extend(hostile_values([event.actor.id, event.actor.role, event.actor.on_behalf_of], "actor"))
-    c.reasons.extend(hostile_values(record, "payload"))
+    actor = [event.actor.id, event.actor.role, event.actor.on_behalf_of]
+    envelope = [getattr(event, field_name) for field_name in HOSTILE_CHECKED]
+    if next(hostile_values([*envelope, actor, record], ""), None) is not None:  # one pass, then reasons
+        for field_name, value in zip(HOSTILE_CHECKED, envelope, strict=True):
+            c.reasons.extend(hostile_values(value, field_name))
+        c.reasons.extend(hostile_values(actor, "actor"))
+        c.reasons.extend(hostile_values(record, "payload"))
     c.raise_if_any()  # nothing below may see a value that cannot become a literal
     _check_envelope(c, event.tenant, event.source, event.actor, event.event_id)
     type(event.payload).check(record, c)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from engram.schemas import ENVELOPE_FILE, avro_dir
 from engram.schemas import vocabulary as v
-from engram.schemas.checks import InvalidEvent, Problems, show
+from engram.schemas.checks import InvalidEvent, Problems, finite_floats, show
 from engram.schemas.periods import UNSPECIFIED
 from engram.schemas.records import (  # re-exported: the payload classes build on these
     MemoryEvent,
@@ -153,7 +153,10 @@ class MemoryRemembered(MemoryEvent):
                 f"an embedding has at most {v.EMBEDDING_MAX_DIM} dimensions",
             )
             c.require(
-                all(isinstance(x, int | float) and math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in emb),
+                finite_floats(emb, FLOAT32_MAX)  # the usual vector, decided at once; else one by one
+                or all(
+                    isinstance(x, int | float) and math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in emb
+                ),
                 "an embedding's components must be finite 32-bit floats",
             )
 

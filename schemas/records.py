@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -23,22 +23,27 @@ class Record:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Self:
         """Build from an Avro record (or a checked JSON object): defaults filled, values frozen."""
-        unknown = set(record) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        if unknown:
+        names, freezers, required = _plan(cls)
+        if not names.issuperset(record):
+            unknown = set(record) - names
             raise InvalidEvent(f"unknown {cls.__name__} fields: {', '.join(sorted(map(str, unknown)))}")
         values = {}
-        for f in fields(cls):  # type: ignore[arg-type]
-            if f.name in record:
-                values[f.name] = _freeze(_hints(cls)[f.name], record[f.name], f.name)
+        for name, freeze in freezers:
+            if name in record:
+                value = record[name]
+                values[name] = value if value is None or freeze is None else freeze(value)
         try:
             return cls(**values)
         except TypeError as exc:  # a required field is absent
-            missing = [f.name for f in fields(cls) if f.name not in values and _required(f)]  # type: ignore[arg-type]
+            missing = [name for name in required if name not in values]
             raise InvalidEvent(f"{cls.__name__} needs {', '.join(missing)}") from exc
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record (plain dicts and lists), as the codec writes it and a digest reads it."""
-        return {f.name: thaw(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {
+            name: value if type(value := getattr(self, name)) in _PLAIN else thaw(value)
+            for name, _ in _plan(type(self))[1]
+        }
 
 
 class Payload(Record):
@@ -82,30 +87,53 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _freeze(hint: Any, value: Any, name: str) -> Any:
-    """``value`` as the field's type holds it: enums, nested records, tuples, read-only maps."""
-    if value is None:
-        return None
+Freezer = Callable[[Any], Any]
+
+
+@cache
+def _plan(cls: type) -> tuple[frozenset[str], tuple[tuple[str, Freezer | None], ...], tuple[str, ...]]:
+    """A record class's field names, each field's freezer (None: kept as it is) and its required
+    fields, worked out once per class rather than once per value read."""
+    hints = _hints(cls)
+    freezers = tuple((f.name, _freezer(hints[f.name], f.name)) for f in fields(cls))
+    required = tuple(f.name for f in fields(cls) if _required(f))
+    return frozenset(name for name, _ in freezers), freezers, required
+
+
+def _freezer(hint: Any, name: str) -> Freezer | None:
+    """How a non-None value becomes what the field's type holds: enums, nested records, tuples,
+    read-only maps (None: as it is)."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     kind = next((t for t in options if t is not type(None)), hint)
     origin = typing.get_origin(kind) or kind
     if isinstance(origin, type) and issubclass(origin, StrEnum):
-        return origin(value)
-    if origin is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)  # one canonical form: 3 and 3.0 are the same double
+        return origin
+    if origin is float:
+        return _as_float
     if origin is datetime:
-        return parse_time(value, name)
+        return lambda value: parse_time(value, name)
     if isinstance(origin, type) and issubclass(origin, Record):
-        return origin.from_record(value)
+        return origin.from_record
     if origin is tuple:
-        return tuple(value)
+        return tuple
     if origin is Mapping or origin is typing.Mapping:
-        return types.MappingProxyType(dict(value))
+        return lambda value: types.MappingProxyType(dict(value))
+    return None
+
+
+def _as_float(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)  # one canonical form: 3 and 3.0 are the same double
     return value
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None), bytes})
 
 
 def thaw(value: Any) -> Any:
     """A frozen value in its plain Avro form: enums as text, tuples as lists, maps as dicts."""
+    if type(value) in _PLAIN:  # the common case, without the isinstance checks (an enum is a subclass)
+        return value
     if isinstance(value, StrEnum):
         return value.value
     if isinstance(value, Record):

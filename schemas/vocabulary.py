@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import IntEnum, StrEnum
+from functools import cache
 from typing import Final
 
 ENGRAM: Final = "https://engram.dev/ns#"
@@ -126,8 +127,10 @@ CITED_MAX: Final = 64
 EVIDENCE_TURNS_MAX: Final = 64  # the turns one extracted memory cites: a tail, not a history
 
 
+@cache
 def values(enum: type[StrEnum]) -> frozenset[str]:
-    """The values of ``enum``, for a membership test on untrusted input."""
+    """The values of ``enum``, for a membership test on untrusted input (an enum's members are fixed,
+    so once per enum)."""
     return frozenset(member.value for member in enum)
 
 

@@ -84,7 +84,15 @@ class Indexer:
                 words = indexes.stale_words(sorted(touched))
                 fresh = await asyncio.to_thread(indexes.embed_words, words) if words else {}
                 indexes.refresh(sorted(touched), fresh)
-            await asyncio.to_thread(indexes.commit, position)
+            # a stop cancels this task but not the thread: the commit is waited for, the tenant
+            # held, or the stop's last pass writes to the writer the thread is committing
+            # ("RuntimeError: Already borrowed")
+            commit = asyncio.ensure_future(asyncio.to_thread(indexes.commit, position))
+            try:
+                await asyncio.shield(commit)
+            except asyncio.CancelledError:
+                await commit
+                raise
 
     async def _pass(self) -> None:
         self._wake.clear()

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 Headers = Sequence[tuple[str, bytes]]
 # a refused record (its headers without the unreadable mark) and the reason
 DeadLetterSink = Callable[["Record", str], Awaitable[None]]
+# told of the records a tenant's run has just committed: (index in the batch, result) each
+RunCommitted = Callable[[Sequence[tuple[int, "Result"]]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ async def project(
     dead_letter: DeadLetterSink,
     *,
     partitions: int,
+    committed: RunCommitted | None = None,
 ) -> None:
     """Decode, validate and apply the records whose ``results`` entry is None, filling it in.
 
@@ -131,6 +134,11 @@ async def project(
     partition count: a tenant's events are on the one partition its key hashes to, the only one
     its replay reads, so a record anywhere else is refused live too (and leaves the tenant's
     checkpoint, which is a position on its own partition, alone).
+
+    The runs are committed shortest first (tenants are independent, so any order gives the same
+    stores), and ``committed`` is told of each as it commits: a write is reported applied when
+    its tenant's run commits, and a lone write behind a backlog of other tenants' records in the
+    same batch goes first.
     """
     # a record refused with no store to remember it is dead-lettered once: the marks of earlier
     # batches say which were (before a crash); this batch's own refusals may come in any order
@@ -159,9 +167,11 @@ async def project(
             assert screened.tenant is not None
             runs.setdefault(screened.tenant, []).append((i, screened.step))
     graph = None  # no handle kept across the runs: an erasure closes and replaces the store
-    for tenant, run in runs.items():
+    for tenant, run in sorted(runs.items(), key=lambda item: len(item[1])):
         for piece in _snapshot_pieces(tenant, run, stores):
             await _apply_run(tenant, piece, records, results, stores, dead_letter, refuse_storeless)
+        if committed is not None:
+            await committed([(i, r) for i, _ in run if (r := results[i]) is not None])
 
 
 def _snapshot_pieces(
@@ -338,18 +348,25 @@ async def handle_with_retries(
 
 
 async def handle_batch_with_retries(
-    records: Sequence[Record], stores: TenantStores, sink: DeadLetterSink, *, partitions: int
+    records: Sequence[Record],
+    stores: TenantStores,
+    sink: DeadLetterSink,
+    *,
+    partitions: int,
+    committed: RunCommitted | None = None,
 ) -> list[Result]:
     """``project`` over a batch, retried as ``handle_with_retries`` retries one record: a store
     another process holds is waited for; any other error is retried with backoff, each retry only
     over the tenants not yet committed, and after the last attempt the rest go one record at a
-    time, so only a record that fails on its own is dead-lettered."""
+    time, so only a record that fails on its own is dead-lettered. ``committed`` hears of each
+    tenant's run as ``project`` commits it; the records it was not told of are the caller's to
+    report from the results."""
     results: list[Result | None] = [None] * len(records)
     attempt = 0
     while len(records) > 1 and attempt < MAX_ATTEMPTS and None in results:
         attempt += 1
         try:
-            await project(records, results, stores, sink, partitions=partitions)
+            await project(records, results, stores, sink, partitions=partitions, committed=committed)
         except StoreLocked as exc:
             attempt = 0
             log.error("%s; a batch of %d records waits for it", exc, len(records))

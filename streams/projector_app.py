@@ -4,6 +4,9 @@ The app, its topics and its one agent are declared here and nowhere else."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import faust
@@ -12,17 +15,18 @@ from engram.projections.stores import TenantStores
 from engram.schemas.events import Position
 from engram.streams.dead_letters import send_dead_letter
 from engram.streams.faust_app import faust_app
+from engram.streams.held_acks import HeldAcks
 from engram.streams.indexer import Indexer
-from engram.streams.projector import Record, handle_batch_with_retries
-from engram.streams.take import take_available
+from engram.streams.projector import Record, Result, handle_batch_with_retries
+from engram.streams.take import BatchBound, take_available
 from engram.streams.topics import partition_count
 
 from engram.settings import Settings
 
 # a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
-# BATCH_WITHIN_S after its first record (a backlog is taken in batches of up to the maximum)
+# ENGRAM_PROJECTOR_BATCH_MS after its first record, up to as many records as are handled in that
+# time (a backlog is taken in batches that each take about that long)
 BATCH_IDLE_S = 0.001
-BATCH_WITHIN_S = 0.5
 
 
 def as_record(message: object) -> Record:
@@ -39,13 +43,49 @@ def as_record(message: object) -> Record:
     )
 
 
+class Reporter:
+    """Reports a batch's records as handled: each tenant's run as it commits (a write waiting for
+    it answers then, not after the whole batch), the rest (refused with no store, retried one by
+    one) once the batch is done. Both ``Progress`` are told first which records the batch holds,
+    so their watermarks (readiness) wait for the whole batch."""
+
+    def __init__(self, records: list[Record], progress: Progress, indexer: Indexer) -> None:
+        self.records, self.progress, self.indexer = records, progress, indexer
+        self.reported = [False] * len(records)
+        positions = [(r.position.partition, r.position.offset) for r in records]
+        progress.taken(positions)
+        indexer.progress.taken(positions)
+
+    def _one(self, i: int, result: Result) -> None:
+        pos = self.records[i].position
+        self.progress.record(result.tenant, pos.partition, pos.offset, result.outcome)
+        self.indexer.submit(result.tenant, pos, result.outcome, result.memory_ids)
+        self.reported[i] = True
+
+    async def run(self, run: Sequence[tuple[int, Result]]) -> None:
+        for i, result in run:
+            self._one(i, result)
+        await asyncio.sleep(0)  # the writes waiting for the run answer, the indexer starts on it
+
+    def rest(self, results: Sequence[Result]) -> None:
+        for i, result in enumerate(results):
+            if not self.reported[i]:
+                self._one(i, result)
+
+
 def create_app(settings: Settings, stores: TenantStores, progress: Progress, indexer: Indexer) -> faust.App:
     """The projector: one agent over the events topic, dead letters as a topic of their own.
 
-    Each handled record is reported to ``progress`` (reads, readiness) at once, and goes to the
-    indexer, which reports it again once its memories are also searchable.
+    Each record is reported to ``progress`` (reads, ``?wait=true``) as soon as its tenant's run
+    commits, and goes to the indexer, which reports it again once its memories are also
+    searchable; the batch is reported in log order (readiness) once it is all handled. With
+    stores in memory its offsets are committed only once snapshots hold it (``streams.held_acks``).
     """
     app = faust_app(settings, settings.projector_group(), "faust")
+    held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
+    # the agent's batches and the timer's snapshots, one at a time
+    writing = held.writing if held is not None else asyncio.Lock()
+    app.held_acks = held  # type: ignore[attr-defined]
     events = app.topic(settings.events_topic, internal=False)
     dead_letters = app.topic(settings.dead_letters_topic, internal=False)
 
@@ -65,17 +105,31 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
                 origin=record.position,
             )
 
-        batches = take_available(
-            stream, settings.projector_batch_max, idle_s=BATCH_IDLE_S, within_s=BATCH_WITHIN_S
-        )
+        bound = BatchBound(settings.projector_batch_max, settings.projector_batch_ms / 1000)
+        batches = take_available(stream, bound.limit, idle_s=BATCH_IDLE_S, within_s=bound.batch_s)
         async for items in batches:
             records = [as_record(item.message) for item in items]
             progress.batch(len(records))
-            results = await handle_batch_with_retries(records, stores, sink, partitions=partitions)
-            for record, result in zip(records, results, strict=True):
-                progress.record(
-                    result.tenant, record.position.partition, record.position.offset, result.outcome
+            report = Reporter(records, progress, indexer)
+            async with writing:
+                started = time.perf_counter()
+                results = await handle_batch_with_retries(
+                    records, stores, sink, partitions=partitions, committed=report.run
                 )
-                indexer.submit(result.tenant, record.position, result.outcome, result.memory_ids)
+                bound.observe(len(records), time.perf_counter() - started)
+                if held is not None:
+                    await stores.trim()  # evictions save what they drop: before the acks are weighed
+                    if held.stopping:
+                        await held.save_due(everything=True)
+                    held.hold(items)
+            report.rest(results)
+
+    if held is not None:
+
+        @app.timer(interval=max(0.5, settings.snapshot_after_s / 4))
+        async def save_memory_stores() -> None:
+            async with writing:
+                await stores.trim()
+                await held.save_due()
 
     return app

@@ -13,6 +13,12 @@ sha256) and is written last: a snapshot without it was cut short and is never us
 descriptors have a directory of their own so that finding the nearest snapshot lists them alone,
 not the files of every snapshot, and reads only the ones it needs. The search indexes are not in a
 snapshot: they are rebuilt from the graph when opened.
+
+A tenant held in memory (``ENGRAM_STORE=memory``) is snapshotted as ``{offset:020d}.nq.zst``
+(format ``nquads``): every quad of its store, checkpoint included, as zstd-compressed N-Quads,
+sha256-checked on load; it is what the tenant opens from (``load``) and a replay restores into a
+store on disk. Those snapshots are its only durable copy besides the log, which is why the
+projector commits no consumer offset past them (see ``streams.projector_app``).
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import cramjam
 from engram.projections.tenant_graph import TenantGraph
 from engram.schemas.events import Position
 from engram.streams.objects import LocalObjects, MissingObject, Objects
+from pyoxigraph import RdfFormat, Store
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +54,7 @@ class Snapshot:
     handled: int  # events the tenant's projection had handled
     bytes: int
     sha256: str  # of the tar; a directory's table files carry RocksDB's own checksums
-    format: str = "tar"  # or "dir": a local directory of hard links
+    format: str = "tar"  # or "dir": a local directory of hard links; or "nquads": an in-memory store
 
     @property
     def key(self) -> str:
@@ -80,7 +88,9 @@ class Snapshots:
         if last is None:
             raise ValueError(f"tenant {tenant} has no checkpoint yet: nothing to snapshot")
         key = f"{PREFIX}/{tenant}/{last.offset:020d}"
-        if self.links:
+        if graph.in_memory:
+            snap = self._take_nquads(tenant, graph, last, key)
+        elif self.links:
             snap = self._take_dir(tenant, graph, last, key)
         else:
             with tempfile.TemporaryDirectory(prefix="engram-snapshot-") as tmp:
@@ -98,6 +108,8 @@ class Snapshots:
             )  # fmt: skip
             self.objects.put(f"{key}.tar", data)
         self.objects.put(snap.descriptor, json.dumps(asdict(snap), sort_keys=True).encode())
+        if graph.in_memory:  # the events up to the snapshot's are durable without the log
+            graph.saved = Position(snap.partition, snap.offset, snap.timestamp_ms)
         log.info(
             "snapshot %s at %d:%d, %d bytes (%s)",
             tenant,
@@ -125,6 +137,42 @@ class Snapshots:
         return Snapshot(
             tenant, last.partition, last.offset, last.timestamp_ms, graph.handled(), size, "", "dir"
         )
+
+    def _take_nquads(self, tenant: str, graph: TenantGraph, last: Position, key: str) -> Snapshot:
+        """An in-memory store's quads as compressed N-Quads, the state at ``last``: the projector
+        waits for its own snapshots, and one taken on demand beside it is dumped again until no
+        commit (each moves the checkpoint, in one transaction) came during the dump."""
+        while True:
+            dumped = graph.store.dump(format=RdfFormat.N_QUADS)
+            if (now := graph.checkpoint()) == last:
+                break
+            assert now is not None
+            last, key = now, f"{PREFIX}/{tenant}/{now.offset:020d}"
+        data = bytes(cramjam.zstd.compress(dumped, level=3))
+        self.objects.put(f"{key}.nq.zst", data)
+        return Snapshot(
+            tenant, last.partition, last.offset, last.timestamp_ms, graph.handled(), len(data),
+            hashlib.sha256(data).hexdigest(), "nquads",
+        )  # fmt: skip
+
+    def newest(self, tenant: str) -> Snapshot | None:
+        """The tenant's latest complete snapshot, or None."""
+        offsets = self._offsets(tenant)
+        return self._read(tenant, offsets[-1]) if offsets else None
+
+    def load(self, snap: Snapshot) -> Store:
+        """An in-memory store holding what ``snap`` holds (an ``nquads`` snapshot)."""
+        if snap.format != "nquads":
+            raise ValueError(f"snapshot {snap.key} is a {snap.format}, not an in-memory store's")
+        try:
+            data = self.objects.get(f"{snap.key}.nq.zst")
+        except MissingObject as exc:
+            raise ValueError(f"snapshot {snap.key} has lost its data") from exc
+        if hashlib.sha256(data).hexdigest() != snap.sha256:
+            raise ValueError(f"snapshot {snap.key} is corrupt (sha256 differs)")
+        store = Store()
+        store.bulk_load(bytes(cramjam.zstd.decompress(data)), format=RdfFormat.N_QUADS)
+        return store
 
     def due(self, before: int, after: int) -> bool:
         """Whether a commit that moved the handled count from ``before`` to ``after`` crossed a
@@ -158,15 +206,16 @@ class Snapshots:
                 return snap
         return None
 
-    def purge(self, tenant: str) -> int:
+    def purge(self, tenant: str, *, keep: int | None = None) -> int:
         """Delete every snapshot of the tenant (after a forget: any of them may hold the forgotten
-        words); returns how many. The descriptor goes first, so a purge cut short leaves data no
-        one will use, never a descriptor without its data."""
-        offsets = self._offsets(tenant)
+        words) but the one at offset ``keep``; returns how many. The descriptor goes first, so a
+        purge cut short leaves data no one will use, never a descriptor without its data."""
+        offsets = [o for o in self._offsets(tenant) if o != keep]
         for offset in offsets:
             key = f"{PREFIX}/{tenant}/{offset:020d}"
             self.objects.delete(_descriptor(tenant, offset))
             self.objects.delete(f"{key}.tar")
+            self.objects.delete(f"{key}.nq.zst")
             if isinstance(self.objects, LocalObjects):
                 shutil.rmtree(self.objects.root.joinpath(*f"{key}.d".split("/")), ignore_errors=True)
         return len(offsets)
@@ -175,6 +224,13 @@ class Snapshots:
         """Unpack ``snap`` into ``target`` (a store directory that must not exist yet)."""
         if snap.format == "dir":
             self._restore_dir(snap, target)
+            return
+        if snap.format == "nquads":
+            memory = self.load(snap)
+            target.mkdir(parents=True)
+            store = Store(str(target))
+            store.bulk_extend(memory.quads_for_pattern(None, None, None, None))
+            store.flush()
             return
         try:
             data = self.objects.get(f"{snap.key}.tar")

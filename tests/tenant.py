@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engram.projections.conflict_sets import CONFLICTS_WITH, partners
 from engram.projections.explain import derived_for_memory
 from engram.projections.knowledge import Knowledge
 from engram.projections.rules.engine import Graphs
@@ -61,8 +62,11 @@ class Tenant:
         return [str(o) for o in self.graph.objects(s, p)]
 
     def values(self, memory_id: str, predicate: str) -> set[str]:
-        """Every value of an engram predicate of a memory, asserted or inferred."""
+        """Every value of an engram predicate of a memory, asserted or inferred (``conflictsWith``:
+        the pairs read from its conflict sets, as every reader sees them)."""
         iri = NamedNode(v.ENGRAM + predicate)
+        if iri == CONFLICTS_WITH:
+            return {other.value for other in partners(self.graph.store, memory_iri(memory_id))}
         return {q.object.value for q in self.graph.store.quads_for_pattern(memory_iri(memory_id), iri, None)}
 
     def has(self, memory_id: str, cls: str) -> bool:

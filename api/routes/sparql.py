@@ -52,6 +52,9 @@ async def query(
             '{"head": {"vars": []}, "results": {"bindings": []}}',
             media_type="application/sparql-results+json",
         )
+    if graph.in_memory:  # the sandboxed evaluators open the tenant's store from its directory
+        reason = "SPARQL is unavailable: tenants are held in memory (ENGRAM_STORE=memory)"
+        raise problem(503, reason, ["body", "query"])
     sandbox = getattr(runtime, "sparql", None)
     if sandbox is None or sandbox.unavailable:
         reason = sandbox.unavailable if sandbox is not None else "the query sandbox is not running"

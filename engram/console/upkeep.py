@@ -37,7 +37,13 @@ def rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
         knowledge=knowledge,
         vectors=(embedder.name, embedder.dim),
         embed=embed,
+        memory=settings.store == "memory",
     )
+    if stores.memory:  # the graph is read from its newest snapshot
+        from engram.streams.objects import open_objects
+        from engram.streams.snapshots import Snapshots
+
+        stores.snapshots = Snapshots(open_objects(settings))
     if not stores.exists(args.tenant):
         print(f"engram rebuild-index: no tenant {args.tenant!r} in {settings.tenants_dir}", file=sys.stderr)
         return 1

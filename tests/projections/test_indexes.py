@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tantivy
 from engram.projections.context import ContextOptions, build_context
 from engram.projections.indexes import TenantIndexes
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Status
+from engram.projections.text_index import bm25
 from engram.projections.visibility import Principal
 from engram.schemas.events import Position
 from engram.streams.embedder import embedding_text, load_embedder, memory_embedding
@@ -168,6 +170,72 @@ def test_a_lost_index_is_rebuilt_from_the_graph(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "t" / "vectors")
     t.reopen()
     assert contents(t.indexes()) == before
+
+
+def test_conversation_neighbours_are_read_when_the_store_opens(tmp_path: Path) -> None:
+    t = Tenant(tmp_path)
+    for i in range(3):
+        evidence = {"conversation_id": "c1", "turn_ids": [f"t{i}"]}
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{WORDS[i]} words", evidence=evidence))
+    t.reopen()
+    ix = t.indexes()
+    assert ix._threads == {"c1": [(ix._thread_of[f"m{i}"][1], f"m{i}") for i in range(3)]}
+    assert ix.neighbours("m1", 1) == ["m0", "m2"]
+
+
+def test_a_text_index_of_an_older_schema_is_rebuilt_when_opened(tmp_path: Path) -> None:
+    """Schema 1 did not store the text BM25 is scored again from: opened, the index is found to be
+    of another schema, deleted with its checkpoint and rebuilt from the graph."""
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("cap", label="Meta cap", content="Max 40k a month"))
+    t.apply("MemoryRemembered", remembered("tone", label="Tone", content="No emoji in headlines"))
+    t.reopen()
+    t.stores.close()
+    text = tmp_path / "t" / "text"
+    checkpoint = (text / "checkpoint.json").read_text()
+    shutil.rmtree(text)
+    text.mkdir()
+    builder = tantivy.SchemaBuilder()  # schema 1, as the builds before wrote it
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=False, tokenizer_name="en_stem")
+    old = tantivy.Index(builder.build(), path=str(text))
+    writer = old.writer(15_000_000, 1)
+    writer.add_document(tantivy.Document(id="stale", text="Meta cap Max 40k a month"))
+    writer.commit()
+    (text / "checkpoint.json").write_text(checkpoint)  # up to date: only the schema betrays it
+    del writer, old
+    t.reopen()
+    ix = t.indexes()
+    assert ix.text.count() == 2
+    assert [i for i, _ in ix.text.search("meta", 10)] == ["cap"]
+    assert [i for i, _ in ix.text.search("emoji", 10)] == ["tone"]
+
+
+def test_a_revised_memory_is_scored_by_its_new_words_once_committed(tmp_path: Path) -> None:
+    """The term counts kept for rescoring are those of the committed text, not a revision's old."""
+    t = Tenant(tmp_path)
+    t.apply("MemoryRemembered", remembered("a", label="Trip", content="ski trip"))
+    t.apply("MemoryRemembered", remembered("b", label="Other", content="budget roas target brand voice"))
+    ix = t.indexes()
+    before = dict(ix.text.search("ski", 10))["a"]  # counted and kept
+    t.apply("MemoryRevised", {"memory_id": "a", "changes": {"content": "ski ski and more ski"}})
+    after = dict(ix.text.search("ski", 10))["a"]
+    del ix
+    t.reopen()
+    assert after > 1.2 * before  # three times the word, not the old text's once
+    fresh = dict(t.indexes().text.search("ski", 10))["a"]
+    assert abs(fresh - after) < 0.05 * fresh  # as a fresh index counts (its average length is new)
+
+
+def test_bm25_is_scored_with_the_k1_and_b_given() -> None:
+    """b weighs a document's length against the average; k1 saturates repeated terms."""
+    idf = {"ski": 2.0}
+    short, long = bm25(5, {"ski": 1}, {"ski": 1.0}, idf, 10), bm25(20, {"ski": 1}, {"ski": 1.0}, idf, 10)
+    assert short > long  # the same match in a shorter document
+    assert bm25(5, {"ski": 1}, {"ski": 1.0}, idf, 10, b=0) == bm25(20, {"ski": 1}, {"ski": 1.0}, idf, 10, b=0)
+    assert bm25(10, {"ski": 1}, {"ski": 1.0}, idf, 10, k1=1.2, b=0.75) == 2.0  # avgdl, tf 1: the idf
+    assert bm25(10, {"ski": 3}, {"ski": 0.5}, idf, 10, k1=0.9) == 0.5 * 2.0 * 3 * 1.9 / (3 + 0.9)
+    assert bm25(10, {"run": 3}, {"ski": 1.0}, idf, 10) == 0.0
 
 
 ops = st.lists(

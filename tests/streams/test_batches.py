@@ -130,8 +130,13 @@ def test_a_crash_in_the_middle_of_a_batch_loses_and_doubles_nothing(tmp_path: Pa
     batch to the restarted worker, which skips what was committed and applies the rest."""
     records = hostile_records(11, 30)
     reference = run(records, tmp_path / "reference", [len(records)])
-    order = list(dict.fromkeys(r.key for r in records if r.key in {t.encode() for t in TENANTS}))
-    victim = order[-1]  # runs are applied in the order their tenants first appear
+    first = list(dict.fromkeys(r.key for r in records if r.key in {t.encode() for t in TENANTS}))
+    home_records = [
+        r.key for r in records if r.position.partition == partition_for(r.key.decode(), PARTITIONS)
+    ]
+    # runs are applied shortest first, tenants of equal runs in the order they first appear
+    order = sorted(first, key=home_records.count)
+    victim = order[-1]
     home = partition_for(victim.decode(), PARTITIONS)
     root = tmp_path / "crashed"
     stores = TenantStores(root)
