@@ -148,9 +148,9 @@ class Settings(BaseSettings):
         description="Longest a SPARQL query evaluates: past it, its sandboxed evaluator is killed (422).",
     )
     embedder: str = Field(
-        "minilm",
-        description="Embedding model: minilm (all-MiniLM-L6-v2, offline), minilm-int8 (the same weights in "
-        "int8 on onnxruntime, ~3.5x faster, vectors of its own model id) or hashing[-DIM].",
+        "minilm-int8",
+        description="Embedding model: minilm-int8 (all-MiniLM-L6-v2 in int8 on onnxruntime, offline), minilm "
+        "(the same weights in float32 numpy, ~3.5x slower, vectors of its own model id) or hashing[-DIM].",
     )
     query_embedding_worker: bool = Field(
         True,

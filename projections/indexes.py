@@ -470,6 +470,7 @@ class TenantIndexes:
         if only in (None, "vectors"):
             self.vectors.clear()
         todo: list[str] = []  # memories to embed, a batch at a time
+        other_model = 0  # memories with a vector of another model only, left without one here
         for i, memory_id in enumerate(ids, start=1):
             text = self.memory_text(memory_id)
             if only in (None, "text") and text is not None:
@@ -480,6 +481,8 @@ class TenantIndexes:
                     self.vectors.upsert(memory_id, vector)
                 elif self.embed is not None and (reembed or self.stale(memory_id)):
                     todo.append(memory_id)
+                elif self._embedded_by_another(memory_id):
+                    other_model += 1
             if len(todo) >= EMBED_BATCH or (todo and i == len(ids)):
                 for mid, vec in self.embed_words(self.words(todo)).items():
                     self.vectors.upsert(mid, vec)
@@ -488,7 +491,24 @@ class TenantIndexes:
                 i % (EMBED_BATCH if self.embed and reembed else 500) == 0 or i == len(ids)
             ):
                 tick(i, len(ids))
+        if other_model:
+            # the embedder changed (or a deployment written with another default was upgraded): these
+            # are found by BM25 alone until `engram rebuild-index` embeds them with this model
+            log.warning(
+                "%s: %d memories have a vector of another model only, none of %s; run `engram "
+                "rebuild-index` (server stopped) to embed them, or set ENGRAM_EMBEDDER to their model",
+                self.graph.path,
+                other_model,
+                self.model,
+            )
         return len(ids)
+
+    def _embedded_by_another(self, memory_id: str) -> bool:
+        m = memory_iri(memory_id)
+        models = {
+            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
+        }
+        return bool(models) and self.model not in models
 
     def close(self) -> None:
         self.save_vectors(self.graph.checkpoint())

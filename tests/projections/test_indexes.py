@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import tantivy
 from engram.projections.context import ContextOptions, build_context
 from engram.projections.indexes import TenantIndexes
@@ -126,8 +127,11 @@ def test_a_revised_memory_is_found_by_its_new_words_not_its_old(tmp_path: Path) 
     assert sorted(bare.vectors.ids.values()) == ["cap"]
 
 
-def test_rebuild_with_reembed_embeds_a_tenant_for_another_model(tmp_path: Path) -> None:
-    """``engram rebuild-index`` after the model changed: every memory embedded by the new one."""
+def test_rebuild_with_reembed_embeds_a_tenant_for_another_model(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``engram rebuild-index`` after the model changed: every memory embedded by the new one. Until
+    then, opening the tenant with the new model says how many memories it cannot search by vector."""
     t = Tenant(tmp_path)
     for i, w in enumerate(WORDS[:5]):
         t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{w} words"))
@@ -136,6 +140,8 @@ def test_rebuild_with_reembed_embeds_a_tenant_for_another_model(tmp_path: Path) 
     assert graph is not None
     ix = TenantIndexes(tmp_path / "other", graph, other.name, other.dim, memory_embedding(other))
     assert ix.vectors.count() == 0  # opened: nothing of this model in the graph, nothing embedded
+    warned = [r.getMessage() for r in caplog.records if "of another model only" in r.getMessage()]
+    assert len(warned) == 1 and "5 memories" in warned[0] and other.name in warned[0]
     ticks: list[tuple[int, int]] = []
     assert ix.rebuild(reembed=True, tick=lambda done, total: ticks.append((done, total))) == 5
     assert ix.vectors.count() == 5 and ticks[-1] == (5, 5)
