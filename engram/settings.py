@@ -138,9 +138,10 @@ class Settings(BaseSettings):
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
     )
     projector_batch_ms: float = Field(
-        500.0,
+        10000.0,
         gt=0,
-        description="Time a projector batch should take: it holds as many records as are handled in it.",
+        description="Time a projector batch should take: it holds as many records as are handled in it "
+        "(lower bounds hurt throughput: 500 ms gave 165 events/s rules on, unbounded 408).",
     )
     sparql_timeout_s: float = Field(
         10.0,
