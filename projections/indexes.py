@@ -20,7 +20,17 @@ from typing import Any
 
 import numpy as np
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import ASSERTED, CLOCK, INFERRED, META, RDF_TYPE, VECTORS, e, memory_iri
+from engram.projections.terms import (
+    ASSERTED,
+    CLOCK,
+    INFERRED,
+    META,
+    RDF_TYPE,
+    VECTORS,
+    e,
+    memory_iri,
+    time_order,
+)
 from engram.projections.text_index import TextIndex
 from engram.projections.vector_index import VectorIndex, label_of
 from engram.projections.visibility import (
@@ -257,12 +267,12 @@ class TenantIndexes:
         valid = {
             q.subject: q.object.value for q in store.quads_for_pattern(None, e("validFrom"), None, ASSERTED)
         }
-        self._latest_valid = max(valid.values(), default="")
+        self._latest_valid = max(valid.values(), key=time_order, default="")
         self._threads, self._thread_of = {}, {}
         for q in store.quads_for_pattern(None, e("evidenceConversation"), None, ASSERTED):
             when = valid.get(q.subject)  # type: ignore[call-overload]
             if when is not None:
-                self._place(memory_id_of(q.subject), q.object.value, when)  # type: ignore[arg-type]
+                self._place(memory_id_of(q.subject), q.object.value, time_order(when))  # type: ignore[arg-type]
 
     def _place(self, memory_id: str, conversation: str, when: str) -> None:
         assert self._threads is not None
@@ -288,10 +298,10 @@ class TenantIndexes:
         when = next(store.quads_for_pattern(m, e("validFrom"), None, ASSERTED), None)
         if when is None:
             return
-        self._latest_valid = max(self._latest_valid, when.object.value)
+        self._latest_valid = max(self._latest_valid, when.object.value, key=time_order)
         conversation = next(store.quads_for_pattern(m, e("evidenceConversation"), None, ASSERTED), None)
         if conversation is not None:
-            self._place(memory_id, conversation.object.value, when.object.value)
+            self._place(memory_id, conversation.object.value, time_order(when.object.value))
 
     def neighbours(self, memory_id: str, window: int) -> list[str]:
         """The memories of the same conversation next to this one in valid time, ``window`` on each

@@ -12,7 +12,7 @@ from typing import Any
 
 from engram.projections.read import _value, get_memory
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import ASSERTED, e, memory_iri
+from engram.projections.terms import ASSERTED, e, memory_iri, time_order
 from engram.projections.visibility import MemoryFilter, Principal, may_see_memory
 from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode
@@ -51,7 +51,7 @@ def pending(graph: TenantGraph, who: Principal, sees: MemoryFilter) -> list[dict
                 "proposed_at": proposal["recorded_at"],
             }
         )
-    out.sort(key=lambda x: (x["proposed_at"] or "", x["id"]), reverse=True)
+    out.sort(key=lambda x: (time_order(x["proposed_at"]), x["id"]), reverse=True)
     return out
 
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from engram.projections.conflict_sets import all_sets, partners
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import INFERRED, e, memory_iri
+from engram.projections.terms import INFERRED, e, memory_iri, time_order
 from engram.projections.visibility import MemoryFacts, MemoryFilter, memory_facts
 from engram.schemas import vocabulary as v
 
@@ -92,7 +92,7 @@ def conflict_sets(graph: TenantGraph, sees: MemoryFilter) -> list[list[str]]:
 
 
 def _newer(m: MemoryFacts) -> tuple[str, str, str]:
-    return (m.valid_from or "", m.recorded_at or "", m.id)
+    return (time_order(m.valid_from), time_order(m.recorded_at), m.id)
 
 
 def _order(policy: Policy) -> Callable[[MemoryFacts], tuple[Any, ...]]:
@@ -116,9 +116,9 @@ def _why(policy: Policy, winner: MemoryFacts, loser: MemoryFacts) -> str:
             return f"more specific: {winner.owner} over {loser.owner}"
     if policy == "prefer_human" and (winner.source in AUTOMATIC) != (loser.source in AUTOMATIC):
         return f"entered by a person ({winner.source}) over {loser.source}"
-    if (winner.valid_from or "") != (loser.valid_from or ""):
+    if time_order(winner.valid_from) != time_order(loser.valid_from):
         return f"newer: valid from {winner.valid_from} over {loser.valid_from}"
-    if (winner.recorded_at or "") != (loser.recorded_at or ""):
+    if time_order(winner.recorded_at) != time_order(loser.recorded_at):
         return f"newer: recorded {winner.recorded_at} over {loser.recorded_at}"
     return f"a tie on every ground: the larger id ({winner.id}) stays"
 

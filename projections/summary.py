@@ -22,6 +22,7 @@ from engram.projections.read import list_memory_ids, memory_statuses
 from engram.projections.recall import RecallQuery, eligible
 from engram.projections.resolve import conflict_sets
 from engram.projections.tenant_graph import TenantGraph
+from engram.projections.terms import time_order
 from engram.projections.vector_index import QueryVector, resolve
 from engram.projections.visibility import MemoryFacts, Principal, memory_facts, sight
 
@@ -49,7 +50,7 @@ def ranked(facts: Iterable[MemoryFacts]) -> list[MemoryFacts]:
     """Most important first: active, importance, confidence, newest valid time, then id (a total
     order, by stable sorts from the last key to the first)."""
     out = sorted(facts, key=lambda m: m.id)
-    out.sort(key=lambda m: m.valid_from or "", reverse=True)
+    out.sort(key=lambda m: time_order(m.valid_from), reverse=True)
     out.sort(key=lambda m: (not m.active, -m.importance, -m.confidence))
     return out
 

@@ -84,6 +84,16 @@ def time_literal(value: datetime) -> Literal:
     return Literal(f"{whole}.{fraction}Z" if fraction else f"{whole}Z", datatype=XSD_DATETIME)
 
 
+def time_order(text: str | None) -> str:
+    """A stored time (``time_literal``'s form) as text that sorts as the time does. The canonical
+    form drops a fraction's trailing zeros, so as plain text "…:12Z" sorts after "…:12.5Z" and
+    "…:12.1Z" after "…:12.15Z"; padding the fraction puts them in time order. "" for no time."""
+    if not text:
+        return ""
+    whole, _, fraction = text.removesuffix("Z").partition(".")
+    return f"{whole}.{fraction.ljust(9, '0')}"
+
+
 def vector_literal(vector: Sequence[float]) -> Literal:
     """An embedding as one literal: base64 of little-endian float32, the form the index reads."""
     return Literal(base64.b64encode(array("f", vector).tobytes()).decode("ascii"))
