@@ -22,4 +22,5 @@ def bench(settings: Settings, args: argparse.Namespace) -> int:
         print(f"no benchmark {script} here: benchmarks run from a source checkout (cd into it); "
               "they are not part of the installed package", file=sys.stderr)  # fmt: skip
         return 2
-    return subprocess.call([sys.executable, str(script), *args.bench_args])
+    # as a module, so the checkout is on sys.path: a benchmark may import another (bench.recall)
+    return subprocess.call([sys.executable, "-m", f"bench.{args.name}", *args.bench_args])
