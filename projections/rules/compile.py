@@ -7,7 +7,8 @@ positive atoms are ordered greedily so that each joins on what is already bound.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from engram.projections.rules.program import (
     RDF_TYPE,
@@ -78,11 +79,16 @@ def _score(atom: Atom, bound: set[str]) -> int:
     return score
 
 
-def order_atoms(atoms: list[Atom], bound: set[str]) -> list[Atom]:
+def order_atoms(
+    atoms: list[Atom], bound: set[str], score: Callable[[Atom, set[str]], Any] | None = None
+) -> list[Atom]:
+    """Greedy join order: the most selective atom next (by ``score``, this module's own for SPARQL
+    by default), given what the ones before bind."""
+    rank = score or _score
     bound = set(bound)
     rest, ordered = list(atoms), []
     while rest:
-        best = max(rest, key=lambda atom: _score(atom, bound))
+        best = max(rest, key=lambda atom: rank(atom, bound))
         rest.remove(best)
         ordered.append(best)
         bound |= best.vars

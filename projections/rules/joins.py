@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from engram.projections.rules.compile import Binding, Value, negation_locals
+from engram.projections.rules.compile import Binding, Value, negation_locals, order_atoms
 from engram.projections.rules.program import RDF_TYPE, Atom, BodyLiteral, Filter, Negation, Rule, Var
 from pyoxigraph import Literal, NamedNode, Store
 
@@ -54,18 +54,6 @@ def _score(atom: Atom, bound: set[str]) -> tuple[int, int]:
     if atom.p == RDF_TYPE_NODE and not isinstance(atom.o, Var):
         score -= 1
     return score, -len(atom.vars - bound)
-
-
-def order_atoms(atoms: list[Atom], bound: set[str]) -> list[Atom]:
-    """Greedy join order: the most selective atom next, given what the ones before bind."""
-    bound = set(bound)
-    rest, ordered = list(atoms), []
-    while rest:
-        best = max(rest, key=lambda atom: _score(atom, bound))
-        rest.remove(best)
-        ordered.append(best)
-        bound |= best.vars
-    return ordered
 
 
 def _atom_step(atom: Atom, bound: frozenset[str]) -> Step:
@@ -147,7 +135,7 @@ class JoinPlan:
         bound = frozenset(seeded)
         pending_filters = list(filters)
         pending_negations = [(neg, negation_locals(rule, neg)) for neg in negations]
-        for atom in order_atoms(atoms, set(bound)):
+        for atom in order_atoms(atoms, set(bound), score=_score):
             self.steps.append(_atom_step(atom, bound))
             bound |= atom.vars
             for condition in [f for f in pending_filters if f.vars <= bound]:

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Value
 from engram.projections.rules.program import Rule
-from engram.projections.rules.reference import compile as sparql
-from engram.projections.rules.reference.compile import Value
 from engram.projections.rules.reference.strata import (
     Fact,
     Graphs,

@@ -28,9 +28,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Binding, Value
 from engram.projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
-from engram.projections.rules.reference import compile as sparql
-from engram.projections.rules.reference.compile import Binding, Value
 from engram.projections.rules.reference.derivations import Derivation, DerivationInput, Explaining
 from engram.projections.rules.reference.incremental import Incremental
 from engram.projections.rules.reference.rank import Ranking, _check_ranks

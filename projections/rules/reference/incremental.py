@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Binding
 from engram.projections.rules.program import Aggregate, Rank, Var
-from engram.projections.rules.reference import compile as sparql
-from engram.projections.rules.reference.compile import Binding
 from engram.projections.rules.reference.strata import (
     READ_AS_IS,
     Fact,

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from engram.projections.rules.compile import Value
 from engram.projections.rules.program import Rank, Rule, RuleSyntaxError, Var
-from engram.projections.rules.reference.compile import Value
 from engram.projections.rules.reference.strata import (
     Fact,
     Graphs,

@@ -11,9 +11,9 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from engram.projections.rules import compile as sparql
+from engram.projections.rules.compile import Binding, Value
 from engram.projections.rules.program import RDF_TYPE, Aggregate, Atom, Negation, Rank, Rule, Var
-from engram.projections.rules.reference import compile as sparql
-from engram.projections.rules.reference.compile import Binding, Value
 from engram.projections.rules.stratify import body_atoms, unifiable
 from pyoxigraph import BlankNode, Literal, NamedNode, QuerySolution, Triple
 
