@@ -136,13 +136,15 @@ class TenantIndexes:
         ]
         return "\n".join([*(x for p in TEXT_PREDICATES for x in values.get(p, [])), _words(cls), *props])
 
+    def _models(self, memory_id: str) -> list[str]:
+        """The model ids the graph records for a memory's vector (one, or none)."""
+        found = self.graph.store.quads_for_pattern(memory_iri(memory_id), e("embeddingModel"), None, ASSERTED)
+        return [q.object.value for q in found]
+
     def memory_vector(self, memory_id: str) -> np.ndarray | None:
-        m = memory_iri(memory_id)
-        models = [
-            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
-        ]
-        if models != [self.model]:
+        if self._models(memory_id) != [self.model]:
             return None
+        m = memory_iri(memory_id)
         for q in self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS):
             vec = decode_vector(q.object)  # type: ignore[arg-type]
             if vec.shape == (self.vectors.dim,) and np.all(np.isfinite(vec)) and np.any(vec):
@@ -152,11 +154,8 @@ class TenantIndexes:
     def stale(self, memory_id: str) -> bool:
         """Embedded by this index's model, but its vector dropped (a revision changed its words)."""
         m = memory_iri(memory_id)
-        models = [
-            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
-        ]
         return (
-            models == [self.model]
+            self._models(memory_id) == [self.model]
             and next(self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS), None) is None
         )
 
@@ -514,10 +513,7 @@ class TenantIndexes:
         return len(ids)
 
     def _embedded_by_another(self, memory_id: str) -> bool:
-        m = memory_iri(memory_id)
-        models = {
-            q.object.value for q in self.graph.store.quads_for_pattern(m, e("embeddingModel"), None, ASSERTED)
-        }
+        models = self._models(memory_id)
         return bool(models) and self.model not in models
 
     def close(self) -> None:

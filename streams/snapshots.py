@@ -160,16 +160,21 @@ class Snapshots:
         offsets = self._offsets(tenant)
         return self._read(tenant, offsets[-1]) if offsets else None
 
-    def load(self, snap: Snapshot) -> Store:
-        """An in-memory store holding what ``snap`` holds (an ``nquads`` snapshot)."""
-        if snap.format != "nquads":
-            raise ValueError(f"snapshot {snap.key} is a {snap.format}, not an in-memory store's")
+    def _data(self, snap: Snapshot, suffix: str) -> bytes:
+        """A snapshot's bytes, sha256-checked; ValueError if they are gone or corrupt."""
         try:
-            data = self.objects.get(f"{snap.key}.nq.zst")
+            data = self.objects.get(f"{snap.key}.{suffix}")
         except MissingObject as exc:
             raise ValueError(f"snapshot {snap.key} has lost its data") from exc
         if hashlib.sha256(data).hexdigest() != snap.sha256:
             raise ValueError(f"snapshot {snap.key} is corrupt (sha256 differs)")
+        return data
+
+    def load(self, snap: Snapshot) -> Store:
+        """An in-memory store holding what ``snap`` holds (an ``nquads`` snapshot)."""
+        if snap.format != "nquads":
+            raise ValueError(f"snapshot {snap.key} is a {snap.format}, not an in-memory store's")
+        data = self._data(snap, "nq.zst")
         store = Store()
         store.bulk_load(bytes(cramjam.zstd.decompress(data)), format=RdfFormat.N_QUADS)
         return store
@@ -232,12 +237,7 @@ class Snapshots:
             store.bulk_extend(memory.quads_for_pattern(None, None, None, None))
             store.flush()
             return
-        try:
-            data = self.objects.get(f"{snap.key}.tar")
-        except MissingObject as exc:
-            raise ValueError(f"snapshot {snap.key} has lost its data") from exc
-        if hashlib.sha256(data).hexdigest() != snap.sha256:
-            raise ValueError(f"snapshot {snap.key} is corrupt (sha256 differs)")
+        data = self._data(snap, "tar")
         target.mkdir(parents=True)
         try:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
