@@ -163,7 +163,7 @@ class RateLimits:
     once. Buckets of principals not seen for a while are dropped (at most ``keep`` are held).
 
     A request takes one token to be admitted; once it has run, it is charged one more token per
-    ``cost_s`` of event-loop time beyond the first (``charge``), so its total cost is
+    ``cost_s`` of event-loop CPU time beyond the first (``charge``), so its total cost is
     max(1, time / cost_s). The bucket may go below zero: the principal then waits until the rate
     has paid the debt back. Time is what every read and write shares (one event loop per process),
     so it prices a 261 ms list of a large tenant as 52 cheap reads at 5 ms, whatever made it slow.
@@ -201,9 +201,10 @@ class RateLimits:
 
 
 class Busy:
-    """Awaits a coroutine as ``await`` would, adding up the time its own steps run on the event
-    loop (``seconds``): the time it waits (for the client, the log, a thread) is not counted, nor
-    the time other requests run while it waits."""
+    """Awaits a coroutine as ``await`` would, adding up the CPU time its own steps take on the
+    event loop's thread (``seconds``): the time it waits (for the client, the log, a thread) is not
+    counted, nor the time other requests run while it waits, nor the time the operating system
+    gives the core to other processes (a loaded machine must not make a cheap read look dear)."""
 
     def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
         self.coro, self.seconds = coro, 0.0
@@ -212,13 +213,13 @@ class Busy:
         value: Any = None
         thrown: BaseException | None = None
         while True:
-            start = time.perf_counter()
+            start = time.thread_time()
             try:
                 step = self.coro.send(value) if thrown is None else self.coro.throw(thrown)
             except StopIteration as done:
                 return done.value
             finally:
-                self.seconds += time.perf_counter() - start
+                self.seconds += time.thread_time() - start
             try:
                 value, thrown = (yield step), None
             except GeneratorExit:

@@ -211,7 +211,7 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description="Server time one request token buys: a request costs one token per this many "
-        "milliseconds of event-loop time it takes (at least one). With the rate, it caps the share of "
+        "milliseconds of event-loop CPU time it takes (at least one). With the rate, it caps the share of "
         "the event loop one principal can hold: 100/s x 5 ms = 50%.",
     )
 
