@@ -23,6 +23,7 @@ from starlette.routing import Match
 
 log = logging.getLogger(__name__)
 
+RETRY_AFTER_S = 5  # a 503's Retry-After: the log (or a store) unavailable, worth asking again soon
 MAX_TEXT = 300  # characters of a loc item or message sent back; inputs are never sent back whole
 
 # The error type per status, for errors raised with a plain string detail.
@@ -143,13 +144,14 @@ def install(app: FastAPI) -> None:
     async def not_done(request: Request, exc: Refused) -> JSONResponse:
         loc = LOCS.get(exc.status, []) if exc.loc is None else list(exc.loc)
         detail = [{"loc": loc, "msg": exc.reason, "type": TYPES.get(exc.status, "refused")}]
-        return JSONResponse(body(detail, exc.status), status_code=exc.status)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 503 else None
+        return JSONResponse(body(detail, exc.status), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StoreLocked)
     async def locked(request: Request, exc: StoreLocked) -> JSONResponse:
         log.error("%s %s: %s", request.method, request.url.path, exc)
         detail = [{"loc": [], "msg": f"{exc}; retry later", "type": TYPES[503]}]
-        return JSONResponse(body(detail, 503), status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse(body(detail, 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -348,7 +348,10 @@ class Commands:
             raise Invalid(str(exc)) from exc
         except KafkaError as exc:
             log.error("append failed: %s", exc)
-            raise LogUnavailable(f"the event log is unavailable: {exc}") from exc
+            raise LogUnavailable(  # the id first: a long reason is cut at errors.MAX_TEXT
+                f"event {event.event_id} not confirmed, the event log is unavailable ({exc}); it may "
+                "still be appended: retry with the same Idempotency-Key or event_id, it is applied once"
+            ) from exc
         self.recent.note(tenant, pos.partition, pos.offset)
         accepted = Accepted(event.event_id, _memory_id(event), pos.partition, pos.offset, applied=False)
         if not wait:

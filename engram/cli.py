@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = load_settings()
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_summary_s)
     handlers = {
         "kafka": stack.kafka,
         "s3": stack.s3,

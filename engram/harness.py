@@ -131,8 +131,9 @@ class Server:
     def readyz(self) -> dict:
         return httpx.get(f"{self.url}/readyz", timeout=10).json()  # type: ignore[no-any-return]
 
-    def wait_ready(self, timeout: float = 90.0, interval: float = 0.05) -> dict:
-        """Block until /readyz says the projector has caught up; return its body."""
+    def wait_ready(self, timeout: float = 90.0, interval: float = 0.05, *, caught_up: bool = True) -> dict:
+        """Block until /readyz answers 200 and (``caught_up``) the projector has handled every record
+        in the log, not merely enough to be ready (ENGRAM_READY_MAX_LAG); return its body."""
         deadline = time.monotonic() + timeout
         last: object = None
         while time.monotonic() < deadline:
@@ -141,7 +142,7 @@ class Server:
             try:
                 r = httpx.get(f"{self.url}/readyz", timeout=5)
                 last = r.json()
-                if r.status_code == 200:
+                if r.status_code == 200 and not (caught_up and r.json().get("lag")):
                     return last  # type: ignore[return-value]
             except httpx.HTTPError as exc:
                 last = exc

@@ -152,7 +152,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     await ensure_topics(settings)
     parts = compose_projection(settings)
     embedder, stores = parts.embedder, parts.stores
-    producer = EventProducer(settings)
+    producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)
     runtime = Runtime(
         settings=settings,
         stores=stores,

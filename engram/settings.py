@@ -110,6 +110,24 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
     api_port: int = Field(8000, description="Port the HTTP API binds.")
     wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
+    write_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest a write waits for the log to take its event: past it (the broker down), "
+        "503 with Retry-After; a retry with the same Idempotency-Key (or event_id) is deduplicated.",
+    )
+    ready_max_lag: int = Field(
+        1000,
+        ge=0,
+        description="Most records this process's partitions may be behind and /readyz still answer 200 "
+        "(~2.5 s of projection at ~400 events/s, well inside ENGRAM_WAIT_TIMEOUT_S); 0: caught up.",
+    )
+    log_summary_s: float = Field(
+        10.0,
+        ge=0,
+        description="A warning or error repeated within this many seconds (same logger and message "
+        "template) is counted, not printed: one summary line per interval. 0: every line printed.",
+    )
     max_body_bytes: int = Field(1_048_576, ge=1, description="Largest request body; more is a 413.")
     max_header_bytes: int = Field(
         16_384, ge=1024, description="Largest request line + headers; more is a 431."

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaTimeoutError
 from engram.schemas.events import Event, Position
 from engram.streams.pipeline import Framed, Pipeline, parse_lines
 from engram.streams.topics import topic_for
@@ -29,8 +30,9 @@ class EventProducer:
     ``Event`` is framed as it is (unsealed): writers that seal hand over a ``Framed``. Each goes to
     the topic its type belongs on (``streams.topics.topic_for``)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, write_timeout_s: float | None = None) -> None:
         self.settings = settings
+        self.write_timeout_s = write_timeout_s  # the API's bound (ENGRAM_WRITE_TIMEOUT_S); None: none
         self.topic = settings.events_topic
         self._producer = AIOKafkaProducer(
             bootstrap_servers=settings.kafka_bootstrap,
@@ -63,14 +65,42 @@ class EventProducer:
         )
 
     async def send(self, item: Framed | Event) -> Position:
-        meta = await (await self._enqueue(item))
-        return Position(meta.partition, meta.offset, meta.timestamp)
+        """Append one event; ``KafkaTimeoutError`` if the log has not taken it within the write
+        timeout (see ``send_many``)."""
+        (position,) = await self.send_many([item])
+        return position
 
     async def send_many(self, items: Iterable[Framed | Event]) -> list[Position]:
-        """Pipeline many events (ordering per tenant is kept by the idempotent producer)."""
-        futures = [await self._enqueue(item) for item in items]
-        metas = await asyncio.gather(*futures)
+        """Pipeline many events (ordering per tenant is kept by the idempotent producer).
+
+        With a write timeout (the API's producer: ENGRAM_WRITE_TIMEOUT_S) a write while the broker
+        is down is answered (503) instead of hanging until it returns; files and benches wait.
+        Past the bound an event handed to the producer stays in its buffer (the idempotent producer
+        retries it until the broker answers; its delivery is shielded from the timeout): it may
+        still land, so a timeout means "maybe written", and the caller retries with the same event
+        id, which the projection applies once."""
+        timeout = self.write_timeout_s
+        if timeout is None:
+            futures = [await self._enqueue(item) for item in items]
+            metas = await asyncio.gather(*futures)
+            return [Position(m.partition, m.offset, m.timestamp) for m in metas]
+        try:
+            async with asyncio.timeout(timeout):
+                futures = [await self._enqueue(item) for item in items]
+                delivered = asyncio.gather(*futures)
+                delivered.add_done_callback(_retrieved)  # an outcome nobody waits for any more
+                metas = await asyncio.shield(delivered)
+        except TimeoutError as exc:
+            raise KafkaTimeoutError(
+                f"the log did not take the event within {timeout:g}s (ENGRAM_WRITE_TIMEOUT_S)"
+            ) from exc
         return [Position(m.partition, m.offset, m.timestamp) for m in metas]
+
+
+def _retrieved(delivered: asyncio.Future) -> None:
+    """Mark the outcome of a delivery that timed out as seen (asyncio warns of one never read)."""
+    if not delivered.cancelled():
+        delivered.exception()
 
 
 @dataclass

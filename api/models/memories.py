@@ -282,6 +282,11 @@ class Readiness(BaseModel):
     ready: bool
     broker: bool
     lag: dict[int, int] = Field(default_factory=dict, description="Unhandled records per partition")
+    behind: int = Field(0, description="Unhandled records of the partitions this process projects")
+    max_lag: int = Field(0, description="Most it may be behind and be ready (ENGRAM_READY_MAX_LAG)")
+    partitions: list[int] = Field(
+        default_factory=list, description="The partitions counted: this process's, or all before it has any"
+    )
     handled: dict[str, int] = Field(default_factory=dict, description="Outcomes since start")
     batches: dict[str, int] = Field(
         default_factory=dict, description="The projector's batches since start, by size (records)"
