@@ -16,6 +16,7 @@ from engram.api.bodies import JsonBodies, body_only_if_taken
 from engram.api.deps import known_query_only
 from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from engram.api.mcp import http as mcp_http
+from engram.api.metrics import Timed
 from engram.api.routes import (
     associations,
     conversations,
@@ -26,6 +27,7 @@ from engram.api.routes import (
     legal_holds,
     live_data,
     memories,
+    metrics,
     onboarding,
     plans,
     proposals,
@@ -71,6 +73,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
     routers += (proposals,)  # capture (issue 25)
     routers += (onboarding,)  # a new tenant's spine (issue 25)
     routers += (conversations,)  # capture (issue 25)
+    routers += (metrics,)  # Prometheus (issue 28)
     for router in (module.router for module in routers):
         app.include_router(router)
     mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above
@@ -83,4 +86,5 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
         RequestLimits, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s
     )
     app.add_middleware(AllowedHosts, allowed_hosts=settings.allowed_host_list)
+    app.add_middleware(Timed)  # outermost: every request is timed, refused ones included
     return app

@@ -374,6 +374,10 @@ class TenantStores:
         tmp.write_text(str(position.offset))
         tmp.replace(mark)
 
+    def open_count(self) -> int:
+        """Tenant stores open now (at most ``max_open``)."""
+        return len(self._open)
+
     def tenants(self) -> list[str]:
         if not self.root.is_dir():
             return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ from engram.projections.terms import (
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Event, Position
 from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
+
+from engram import metrics
 
 __all__ = ["AlreadyApplied", "Outcome", "Planned", "Status", "Step", "TenantGraph"]
 
@@ -274,7 +277,9 @@ class TenantGraph:
             added = [q.triple for q in adds if q.graph_name == ASSERTED]
             removed = [q.triple for q in removes if q.graph_name == ASSERTED]
             if added or removed:
+                started = time.perf_counter()
                 self.knowledge.engine.update(self.store, GRAPHS, added, removed)
+                metrics.rule_seconds.observe(time.perf_counter() - started)
         except Exception:
             log.exception("%s: incremental rule update failed; re-materialising", self.path)
             self._rematerialize()

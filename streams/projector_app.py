@@ -12,7 +12,10 @@ from typing import Any
 import faust
 from engram.projections.progress import Progress
 from engram.projections.stores import TenantStores
+from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
+from engram.schemas.payloads import EVENT_TYPES
+from engram.streams.codec import HEADER_EVENT_TYPE
 from engram.streams.dead_letters import send_dead_letter
 from engram.streams.faust_app import faust_app
 from engram.streams.held_acks import HeldAcks
@@ -21,12 +24,15 @@ from engram.streams.projector import Record, Result, handle_batch_with_retries
 from engram.streams.take import BatchBound, take_available
 from engram.streams.topics import partition_count
 
+from engram import metrics
 from engram.settings import Settings
 
 # a batch is taken once no record has joined it for BATCH_IDLE_S (a lone write is not held up) or
 # ENGRAM_PROJECTOR_BATCH_MS after its first record, up to as many records as are handled in that
 # time (a backlog is taken in batches that each take about that long)
 BATCH_IDLE_S = 0.001
+# a metric's event type label: one of the schema's (the header holds its full name), or "other"
+KNOWN_TYPES = {f"{v.EVENT_NAMESPACE}.{name}": name for name in EVENT_TYPES}
 
 
 def as_record(message: object) -> Record:
@@ -41,6 +47,16 @@ def as_record(message: object) -> Record:
         list(headers),
         Position(msg.partition, msg.offset, round((msg.timestamp or 0) * 1000)),
     )
+
+
+def event_type(record: Record) -> str:
+    """The record's ``event-type`` header as a metric label (a header that names no event type of
+    the schema, as anyone producing straight to the topic may write, counts as ``other``)."""
+    for key, value in record.headers:
+        if key == HEADER_EVENT_TYPE:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            return KNOWN_TYPES.get(text, metrics.OTHER)
+    return metrics.OTHER
 
 
 class Reporter:
@@ -61,6 +77,7 @@ class Reporter:
         self.progress.record(result.tenant, pos.partition, pos.offset, result.outcome)
         self.indexer.submit(result.tenant, pos, result.outcome, result.memory_ids)
         self.reported[i] = True
+        metrics.events.labels(event_type(self.records[i]), result.outcome.status.value).inc()
 
     async def run(self, run: Sequence[tuple[int, Result]]) -> None:
         for i, result in run:
@@ -95,6 +112,7 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
         # what is available, up to a batch: a lone write waits BATCH_IDLE_S for company
 
         async def sink(record: Record, reason: str) -> None:
+            metrics.dead_letters.labels(event_type(record)).inc()
             await send_dead_letter(
                 dead_letters,
                 settings.events_topic,
@@ -116,7 +134,10 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
                 results = await handle_batch_with_retries(
                     records, stores, sink, partitions=partitions, committed=report.run
                 )
-                bound.observe(len(records), time.perf_counter() - started)
+                took = time.perf_counter() - started
+                bound.observe(len(records), took)
+                metrics.batch_seconds.observe(took)
+                metrics.batch_records.observe(len(records))
                 if held is not None:
                     await stores.trim()  # evictions save what they drop: before the acks are weighed
                     if held.stopping:

@@ -40,6 +40,8 @@ from engram.schemas.events import Position
 from engram.streams.objects import LocalObjects, MissingObject, Objects
 from pyoxigraph import RdfFormat, Store
 
+from engram import metrics
+
 log = logging.getLogger(__name__)
 
 PREFIX = "snapshots"
@@ -110,6 +112,7 @@ class Snapshots:
         self.objects.put(snap.descriptor, json.dumps(asdict(snap), sort_keys=True).encode())
         if graph.in_memory:  # the events up to the snapshot's are durable without the log
             graph.saved = Position(snap.partition, snap.offset, snap.timestamp_ms)
+        metrics.snapshot_taken()
         log.info(
             "snapshot %s at %d:%d, %d bytes (%s)",
             tenant,
