@@ -1,0 +1,58 @@
+"""The log filter that summarises repeats (a broker outage's reconnect lines), on a fake clock."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from engram.logs import JsonFormatter, Summarised
+
+
+def logger_into(out: io.StringIO, interval_s: float, clock: list[float]) -> logging.Logger:
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(Summarised(interval_s, clock=lambda: clock[0]))
+    log = logging.getLogger(f"test-logs-{id(out)}")
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    return log
+
+
+def lines(out: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_repeats_within_the_interval_are_counted_and_reported_on_the_next_line() -> None:
+    out, clock = io.StringIO(), [100.0]
+    log = logger_into(out, 10.0, clock)
+    for attempt in range(500):  # 50 s of reconnect attempts, ten a second, to two addresses
+        clock[0] = 100.0 + attempt / 10
+        log.error("Unable connect to node with id %s: %s", 1, f"refused {attempt % 2}")
+        log.error("Unable to update metadata from [1]")
+    got = lines(out)
+    assert len(got) == 10  # two kinds, one line each per 10 s
+    assert [g.get("repeated", 0) for g in got if g["msg"].startswith("Unable connect")] == [0, 99, 99, 99, 99]
+    assert got[0]["msg"] == "Unable connect to node with id 1: refused 0"
+
+
+def test_info_lines_and_a_zero_interval_pass_untouched() -> None:
+    out, clock = io.StringIO(), [0.0]
+    log = logger_into(out, 10.0, clock)
+    for _ in range(5):
+        log.info("produced %d/%d events", 1, 2)
+    assert len(lines(out)) == 5
+    out, clock = io.StringIO(), [0.0]
+    log = logger_into(out, 0.0, clock)
+    for _ in range(5):
+        log.warning("again")
+    assert len(lines(out)) == 5 and "repeated" not in lines(out)[-1]
+
+
+def test_kinds_remembered_are_bounded() -> None:
+    summarised = Summarised(10.0, clock=lambda: 0.0)
+    for i in range(Summarised.MAX_KINDS + 50):
+        record = logging.LogRecord("x", logging.WARNING, __file__, 1, f"unique {i}", None, None)
+        assert summarised.filter(record)
+    assert len(summarised._kinds) == Summarised.MAX_KINDS
