@@ -39,6 +39,7 @@ def isolated_settings(base: Settings, data_dir: Path, *, partitions: int = 4) ->
         events_partitions=partitions,
         api_port=free_port(),
         wait_timeout_s=30,
+        write_timeout_s=30,  # a loaded test machine's broker may take seconds to ack: not an outage
         log_level="WARNING",
         rate_limit_per_s=100_000.0,  # tests and benchmarks measure the system, not the limiter
         rate_limit_burst=100_000,

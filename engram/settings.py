@@ -111,10 +111,11 @@ class Settings(BaseSettings):
     api_port: int = Field(8000, description="Port the HTTP API binds.")
     wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
     write_timeout_s: float = Field(
-        5.0,
+        10.0,
         gt=0,
         description="Longest a write waits for the log to take its event: past it (the broker down), "
-        "503 with Retry-After; a retry with the same Idempotency-Key (or event_id) is deduplicated.",
+        "503 with Retry-After; a retry with the same Idempotency-Key (or event_id) is deduplicated. "
+        "As long as ENGRAM_WAIT_TIMEOUT_S: a broker slow under load is not taken for a dead one.",
     )
     ready_max_lag: int = Field(
         1000,
