@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from aiokafka.admin import AIOKafkaAdminClient
 from engram.streams import kafka_local
 from engram.streams.topics import ensure_topics
 
@@ -140,6 +141,18 @@ class Writer(threading.Thread):
                 i += 1
 
 
+async def drop_topics(bootstrap: str, prefix: str) -> None:
+    """The run's topics (its own and Faust's, all under its prefix) off the shared broker."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = [t for t in await admin.list_topics() if t.startswith((f"{prefix}.", f"{prefix}-"))]
+        if names:
+            await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     base = load_settings()
     kafka_local.start(base)
@@ -149,17 +162,16 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         )
         asyncio.run(ensure_topics(settings))
         server = Server(settings, Path(tmp) / "server.log").start()
-        server.wait_ready(timeout=120, interval=0.5)
-        assert server.proc is not None
-        pid = server.proc.pid
-        r = server.http.post(
-            f"{server.url}/v1/tenants/soak-0/memories", params={"wait": "true"}, json=body(-1)
-        )
-        assert r.status_code == 202, r.text  # warm: the embedder and the first store are open
         writer = Writer(server, args.rate, args.tenants, args.minutes * 60)
         samples: list[dict[str, Any]] = []
-        cpu0, began = cpu_seconds(pid), time.monotonic()
         try:
+            server.wait_ready(timeout=120, interval=0.5)
+            assert server.proc is not None
+            pid = server.proc.pid
+            url = f"{server.url}/v1/tenants/soak-0/memories"
+            r = server.http.post(url, params={"wait": "true"}, json=body(-1))
+            assert r.status_code == 202, r.text  # warm: the embedder and the first store are open
+            cpu0, began = cpu_seconds(pid), time.monotonic()
             writer.start()
             while True:
                 t = time.monotonic() - began
@@ -191,6 +203,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             drained = server.wait_ready(timeout=300, interval=0.5)
         finally:
             server.stop()
+            asyncio.run(drop_topics(settings.kafka_bootstrap, settings.topic_prefix))
     return {"samples": samples, "drained": drained, "writer": writer}
 
 
