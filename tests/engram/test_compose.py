@@ -113,6 +113,8 @@ def test_workers_have_their_own_data_and_share_the_key_store(services: dict[str,
     own = [{k for k in v if k != "engram-keys"} for v in data]
     assert all(len(o) == 1 for o in own) and not set.intersection(*own)
     assert all(services[w]["build"] == "." and services[w]["image"] == "engram:latest" for w in WORKERS)
+    # the URL a worker advertises to the group by default is its host name's: the service name
+    assert all(services[w]["hostname"] == w for w in WORKERS)
     assert (REPO / "Dockerfile").is_file()
 
 
