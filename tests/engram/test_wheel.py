@@ -1,25 +1,24 @@
 """What users install: the built wheel holds one top-level name, ``engram``, with every module and
 data file the code reads at run time, and installed into a fresh environment outside the checkout
-it serves the demo tenant."""
+it serves the demo tenant. The wheel and that environment come from the container image's build
+steps (scripts/image_build.py), run as the Dockerfile runs them, which must say the same."""
 
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import subprocess
-import sys
-import sysconfig
 import time
-import venv
+import tomllib
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from engram.harness import isolated_settings, settings_env
+from engram.harness import free_port, isolated_settings, settings_env
 from engram.settings import REPO, Settings
+from scripts.image_build import SOURCES, STEPS, Built, Step, build, check_serves
 
 # every package of the source tree (the tests aside), so a new one cannot be left out
 PACKAGES = tuple(sorted(p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name != "tests"))
@@ -40,19 +39,19 @@ def installed_name(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "src"  # a copy: building writes build/ and *.egg-info beside the sources
-    ignore = shutil.ignore_patterns(".venv", ".git", ".engram", "__pycache__", "build", "*.egg-info")
-    shutil.copytree(REPO, source, ignore=ignore)
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stderr
-    (found,) = tmp.glob("engram-*.whl")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The image's build steps run as the Dockerfile runs them (scripts/image_build.py): wheels of
+    engram and every dependency, then a fresh environment installing only those, not editable."""
+    root = tmp_path_factory.mktemp("image")
+    try:
+        return build(root / "image", log=root / "build.log")
+    except RuntimeError as exc:
+        pytest.fail(f"{exc}\n{(root / 'build.log').read_text(errors='replace')[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def wheel(image: Built) -> Path:
+    (found,) = image.wheels.glob("engram-*.whl")
     return found
 
 
@@ -73,21 +72,9 @@ def test_the_wheel_holds_one_name_and_every_module_and_data_file(wheel: Path) ->
 
 
 @pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh environment outside the checkout with only the wheel installed (its dependencies
-    are this environment's, reached through a .pth file: no download)."""
-    env_dir = tmp_path_factory.mktemp("venv") / "env"
-    venv.create(env_dir, with_pip=False)
-    site = next((env_dir / "lib").glob("python3*/site-packages"))
-    ours = [p for p in sys.path if p.endswith("site-packages")] or [sysconfig.get_paths()["purelib"]]
-    (site / "deps.pth").write_text("".join(f"{p}\n" for p in ours))
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q",
-         "--no-deps", str(wheel)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    yield env_dir
+def installed(image: Built) -> Path:
+    """The runtime stage's environment: outside the checkout, only the wheels installed."""
+    return image.env
 
 
 def test_the_installed_wheel_serves_the_demo_from_anywhere(
@@ -98,6 +85,7 @@ def test_the_installed_wheel_serves_the_demo_from_anywhere(
     env.update(settings_env(settings))
     env.pop("ENGRAM_ONTOLOGY_DIR", None)  # the installed package's own
     env.pop("ENGRAM_RULES_DIR", None)
+    env["ENGRAM_CACHE_DIR"] = str(installed.parent / "cache")  # the graph the build warmed
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     where = subprocess.run(
@@ -137,3 +125,66 @@ def test_the_installed_wheel_serves_the_demo_from_anywhere(
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
+
+
+def dockerfile_steps(text: str) -> list[Step]:
+    """The Dockerfile's RUN and COPY instructions as steps: continuation lines joined, comments
+    dropped, a RUN's leading BuildKit ``--mount`` flags apart, the stage counted by FROM."""
+    lines = re.sub(r"\\\n\s*", "", text).splitlines()
+    steps, stage = [], -1
+    for line in (raw.strip() for raw in lines):
+        word, _, rest = line.partition(" ")
+        if word == "FROM":
+            stage += 1
+        elif word in ("RUN", "COPY"):
+            flags = re.match(r"((?:--mount=\S+\s+)*)(.*)", rest)
+            assert flags is not None
+            mounts, args = flags.group(1).strip(), flags.group(2)
+            steps.append(Step(("build", "runtime")[stage], word, args, mounts))  # type: ignore[arg-type]
+    return steps
+
+
+def test_the_dockerfile_runs_the_steps_ci_runs() -> None:
+    """Every RUN and COPY of the Dockerfile is the script's step, in order, word for word, so what
+    CI runs without Docker is what `docker build` runs."""
+    text = (REPO / "Dockerfile").read_text()
+    ours = [Step(s.stage, s.instruction, s.args, s.mounts) for s in STEPS]  # docker_only is ours
+    assert dockerfile_steps(text) == ours
+    froms = re.findall(r"^FROM (\S+)(?: AS (\w+))?$", text, re.M)
+    assert froms == [("python:3.11-slim", "build"), ("python:3.11-slim", "")]
+    # the compiler only in the build stage; the runtime stage installs from the wheels alone
+    assert all(s.stage == "build" for s in STEPS if "g++" in s.args)
+    assert all("--no-index" in s.args for s in STEPS if s.stage == "runtime" and "pip install" in s.args)
+
+
+def test_the_image_copies_every_source_folder_and_the_context_admits_them() -> None:
+    package_dir = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert set(SOURCES) == set(package_dir.values())
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    ignore = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    copied = {word for s in STEPS if s.instruction == "COPY" for word in s.args.split()[:-1]}
+    assert ignore[0] == "*" and {f"!{name}" for name in copied} <= set(ignore)
+
+
+def test_the_image_runs_as_a_user_with_a_liveness_healthcheck() -> None:
+    text = re.sub(r"\\\n\s*", "", (REPO / "Dockerfile").read_text())
+    runtime = text.split("\nFROM ")[-1]
+    (user,) = re.findall(r"^USER (\S+)$", runtime, re.M)
+    assert user not in ("root", "0") and f"useradd --system --uid 10001 --create-home {user}" in runtime
+    (check,) = re.findall(r"^HEALTHCHECK .*$", runtime, re.M)
+    assert "http://127.0.0.1:8000/healthz" in check and "ENGRAM_API_PORT=8000" in runtime
+    from engram.api.routes.health import router
+
+    assert "/healthz" in {getattr(r, "path", None) for r in router.routes}
+    assert re.search(r"^CMD \[\"engram\", \"serve\"\]$", runtime, re.M)
+    # the weights and the int8 graph are in the image: nothing is fetched at run time
+    assert "ENGRAM_CACHE_DIR=/opt/engram/cache" in runtime and "load_embedder('minilm-int8')" in runtime
+
+
+def test_the_built_image_serves_a_remember_and_a_recall(
+    image: Built, broker: Settings, tmp_path: Path
+) -> None:
+    seen = check_serves(image, broker.kafka_bootstrap, tmp_path / "data", free_port())
+    assert seen["ready"]["ready"] is True and seen["memory_id"] in seen["recall"]
+    graphs = list((image.cache / "embedders").glob("*.onnx"))
+    assert len(graphs) == 1, graphs  # the build's warmed graph, used as is: no second one written
