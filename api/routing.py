@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger(__name__)
 
 FORWARDED = "x-engram-forwarded"
+OWNER = b"x-engram-owner"  # on a forwarded request's answer: which process answered it
 TENANT_PATH = re.compile(r"^/v1/tenants/([^/]+)(?:/|$)")
 # not passed on: they describe one connection, not the request
 HOP_BY_HOP = {
@@ -114,7 +115,8 @@ class Routed:
                 {
                     "type": "http.response.start",
                     "status": response.status_code,
-                    "headers": [(k, val) for k, val in response.headers.raw if k.lower() not in PASSED_BACK],
+                    "headers": [(k, val) for k, val in response.headers.raw if k.lower() not in PASSED_BACK]
+                    + [(OWNER, owner.encode())],
                 }
             )
             async for chunk in response.aiter_raw():

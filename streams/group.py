@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -228,3 +229,57 @@ class Membership:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def group_status(settings: Settings, group: str) -> dict[str, Any]:
+    """The projector's consumer group as Kafka holds it: its state, each member's URL and
+    partitions (from the assignment Faust's assignor handed it), and per partition of the events
+    topic its owner, the log's end offset, the group's committed offset and the lag between them.
+    For ``engram status``; asks the broker only, so it works whatever the members serve."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None)
+    await admin.start()
+    try:
+        await consumer.start()
+        try:
+            described = await admin.describe_consumer_groups([group])
+            count = await partition_count(settings, settings.events_topic)
+            tps = [TopicPartition(settings.events_topic, p) for p in range(count)]
+            ends = await consumer.end_offsets(tps)
+            committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+        finally:
+            await consumer.stop()
+    finally:
+        await admin.close()
+    state, members, owners = "Dead", [], {}
+    for found in described[0].groups if described else []:
+        state = found[2]
+        for member in found[5]:
+            url, parts = _member(member[4], settings.events_topic)
+            members.append({"member": member[0], "host": member[2], "url": url, "partitions": parts})
+            owners.update({p: url for p in parts})
+    partitions = []
+    for tp in tps:
+        done = committed.get(tp)
+        offset = done.offset if done is not None and done.offset >= 0 else 0
+        partitions.append(
+            {"partition": tp.partition, "owner": owners.get(tp.partition), "end": ends[tp],
+             "committed": offset, "lag": max(0, ends[tp] - offset)}
+        )  # fmt: skip
+    return {"group": group, "state": state, "members": members, "partitions": partitions}
+
+
+def _member(assignment: bytes, topic: str) -> tuple[str | None, list[int]]:
+    """A member's URL (Faust's client metadata, in the assignment's user data) and its partitions."""
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+    from faust.assignor.client_assignment import ClientMetadata
+
+    if not assignment:
+        return None, []
+    decoded = ConsumerProtocolMemberAssignment.decode(assignment)
+    parts = sorted(p for t, ps in decoded.assignment for p in ps if t == topic)
+    try:
+        url = ClientMetadata.loads(zlib.decompress(decoded.user_data)).url
+    except Exception:  # not a Faust member (another client in the group): no URL to tell
+        url = None
+    return url, parts
