@@ -40,7 +40,7 @@ from engram.streams.conversations import ConversationLog, create_conversations_a
 from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder, memory_embedding
 from engram.streams.embedding_worker import EmbeddingWorker
 from engram.streams.extraction.factory import load_extractor
-from engram.streams.group import Membership, projector_group
+from engram.streams.group import Membership, check_shared_keys, projector_group
 from engram.streams.indexer import Indexer
 from engram.streams.keystore import KeyStore
 from engram.streams.lag import LagMonitor
@@ -103,6 +103,7 @@ def compose_projection(settings: Settings, url: str) -> Projection:
     indexer = Indexer(stores, indexed)
     membership = Membership(settings, progress, url)
     group = projector_group(settings, objects)
+    check_shared_keys(settings, objects)  # a moved tenant must unseal its memories wherever it goes
     return Projection(
         knowledge=knowledge,
         embedder=embedder,

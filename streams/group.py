@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -35,6 +36,7 @@ from engram.settings import Settings
 log = logging.getLogger(__name__)
 
 GROUP_KEY = "projector-group-id"  # in the object store: the id every process sharing it joins
+KEYS_KEY = "group-keys-id"  # in the object store and the key store: they belong together
 
 
 def projector_group(settings: Settings, objects: Objects) -> str:
@@ -51,6 +53,39 @@ def projector_group(settings: Settings, objects: Objects) -> str:
     objects.put(GROUP_KEY, own.removeprefix(f"{settings.consumer_group}-").encode())
     # two first processes racing: the id read back is the one both keep, whoever wrote last
     return f"{settings.consumer_group}-{objects.get(GROUP_KEY).decode().strip()}"
+
+
+class NotShared(RuntimeError):
+    """This process would join a group whose other members read another key store."""
+
+
+def check_shared_keys(settings: Settings, objects: Objects) -> None:
+    """In memory mode, refuse to start unless this process's key store is the one the group's other
+    processes use: a tenant moved here would otherwise unseal none of its memories and project
+    every one as erased, silently. The key store and the object store each keep a copy of one id
+    (``KEYS_KEY``); a process whose key store has no id, or another, joins no group that has one."""
+    if settings.store != "memory":
+        return
+    mark = settings.key_store_dir / KEYS_KEY
+    try:
+        expected: str | None = objects.get(KEYS_KEY).decode().strip()
+    except MissingObject:
+        expected = None
+    if mark.is_file():
+        mine = mark.read_text().strip()
+    elif expected is None:  # the first process of the group: its key store is the group's
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(mine := uuid.uuid4().hex)
+    else:
+        mine = ""
+    if expected is None:
+        objects.put(KEYS_KEY, mine.encode())
+    elif mine != expected:
+        raise NotShared(
+            f"the key store {settings.key_store_dir} is not the one the other processes sharing this "
+            f"object store use (its {KEYS_KEY} is {mine or 'missing'}, theirs {expected}): point "
+            "ENGRAM_KEYS_DIR at the group's key store (tenants move between processes, their keys must not)"
+        )
 
 
 class Membership:
