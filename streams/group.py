@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 GROUP_KEY = "projector-group-id"  # in the object store: the id every process sharing it joins
 KEYS_KEY = "group-keys-id"  # in the object store and the key store: they belong together
+SETTLE_S = 1.0  # a new group's id is read back this long after it was written
 
 
 def projector_group(settings: Settings, objects: Objects) -> str:
@@ -51,7 +52,9 @@ def projector_group(settings: Settings, objects: Objects) -> str:
     except MissingObject:
         pass
     objects.put(GROUP_KEY, own.removeprefix(f"{settings.consumer_group}-").encode())
-    # two first processes racing: the id read back is the one both keep, whoever wrote last
+    # two first processes starting at once (compose) each wrote theirs, within moments of each
+    # other: read back after both have, and both keep the one written last
+    time.sleep(SETTLE_S)
     return f"{settings.consumer_group}-{objects.get(GROUP_KEY).decode().strip()}"
 
 
@@ -75,7 +78,12 @@ def check_shared_keys(settings: Settings, objects: Objects) -> None:
         mine = mark.read_text().strip()
     elif expected is None:  # the first process of the group: its key store is the group's
         mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.write_text(mine := uuid.uuid4().hex)
+        try:  # processes starting at once on one shared key store: the first to create it wins
+            with open(mark, "x") as f:
+                f.write(mine := uuid.uuid4().hex)
+        except FileExistsError:
+            time.sleep(0.1)  # written by the winner just after its creation
+            mine = mark.read_text().strip()
     else:
         mine = ""
     if expected is None:

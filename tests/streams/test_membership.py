@@ -5,6 +5,7 @@ real one runs in tests/streams/test_group.py)."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,15 @@ def test_memory_mode_processes_sharing_an_object_store_share_one_group(tmp_path:
     assert projector_group(b, objects) == first != b.projector_group()
     other = LocalObjects(tmp_path / "other")  # another object store: another group
     assert projector_group(b, other) == b.projector_group() != first
+
+
+def test_processes_starting_at_once_agree_on_the_group_and_the_key_store(tmp_path: Path) -> None:
+    objects = LocalObjects(tmp_path / "objects")
+    group = [settings(tmp_path, f"p{i}", store="memory", keys_dir=tmp_path / "keys") for i in range(3)]
+    with ThreadPoolExecutor(3) as pool:  # as compose starts its workers
+        groups = set(pool.map(lambda s: projector_group(s, objects), group))
+        list(pool.map(lambda s: check_shared_keys(s, objects), group))  # none refused
+    assert len(groups) == 1
 
 
 def test_disk_mode_keeps_a_group_per_data_directory(tmp_path: Path) -> None:
