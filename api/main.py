@@ -37,6 +37,7 @@ from engram.api.routes import (
     sparql,
     verbs,
 )
+from engram.api.routing import Routed
 from engram.api.runtime import Runtime
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
@@ -78,10 +79,11 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
         app.include_router(router)
     mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above
     errors.install(app)
-    # Outermost last: the Host is checked first, then the body's size and time, then
-    # what the request costs (its JSON reading included).
+    # Outermost last: the Host is checked first, then the body's size and time, then the
+    # tenant's owner (forwarded there), then what the request costs (its JSON reading included).
     app.add_middleware(JsonBodies)
     app.add_middleware(Charges, limits=app.state.rate_limits)
+    app.add_middleware(Routed)  # a tenant another process owns: forwarded there, charged there
     app.add_middleware(
         RequestLimits, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s
     )

@@ -21,6 +21,7 @@ from engram.projections.stores import TenantStores
 from engram.streams.asof import AsOfProjections
 from engram.streams.embedder import Embedder
 from engram.streams.embedding_worker import EmbeddingWorker
+from engram.streams.group import Membership
 from engram.streams.indexer import Indexer
 from engram.streams.lag import LagMonitor
 from engram.streams.producer import EventProducer
@@ -50,6 +51,7 @@ class Runtime:
     past: AsOfProjections | None = None  # as_of reads: tenants replayed to a point of system time
     sparql: Sandbox | None = None  # the SPARQL route's evaluators (no network, killed at the limit)
     capture: ExtractionWorkflow | None = None  # conversation turns to memories; None when off
+    membership: Membership | None = None  # the consumer group's assignment: where a tenant's requests go
     conversations: ConversationCommands | None = None  # conversation turns in and out (capture)
     # called after each record the conversation store applies (capture's trigger): (tenant,
     # conversation id, what changed)

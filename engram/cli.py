@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     ast = arsub.add_parser("status", help="per partition: archived offsets, segments, bytes, Kafka's, gaps")
     ast.add_argument("--json", action="store_true", help="print it as JSON")
 
+    st = sub.add_parser(
+        "status",
+        help="the projector's consumer group: members (their advertised URLs), the owner of each "
+        "partition, its end offset, committed offset and lag",
+    )
+    st.add_argument("--json", action="store_true", help="print it as JSON")
     au = sub.add_parser(
         "audit",
         help="print one memory's history from the log: every event that touched it (when, who, why) "
@@ -178,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "s3": stack.s3,
         "serve": stack.serve,
         "worker": stack.worker,
+        "status": stack.status,
         "produce": _produce,
         "import-conversations": capture.import_conversations,
         "replay": history.replay,

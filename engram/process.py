@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from engram.streams.conversations import ConversationLog, create_conversations_a
 from engram.streams.embedder import Embedder, HashingEmbedder, load_embedder, memory_embedding
 from engram.streams.embedding_worker import EmbeddingWorker
 from engram.streams.extraction.factory import load_extractor
+from engram.streams.group import Membership, check_shared_keys, projector_group
 from engram.streams.indexer import Indexer
 from engram.streams.keystore import KeyStore
 from engram.streams.lag import LagMonitor
@@ -62,22 +65,26 @@ class Projection:
     indexed: Progress  # records whose memories are also searchable
     indexer: Indexer
     projector: faust.App
+    membership: Membership  # which partitions (tenants) are this process's, and whose the others are
 
     async def start(self) -> None:
         await self.indexer.start()
+        await self.membership.start()
         await self.projector.start()
 
     async def stop(self) -> None:
         if (held := getattr(self.projector, "held_acks", None)) is not None:
             await held.drain()  # in memory: every tenant saved, every offset free to commit
         await self.projector.stop()
+        await self.membership.stop()
         await self.indexer.stop()
         for tenant, graph in self.stores.unsaved():  # in memory: a restart need not consume them again
             await asyncio.to_thread(self.snapshots.take, tenant, graph)
 
 
-def compose_projection(settings: Settings) -> Projection:
-    """The projector's parts, not yet started (the embedder names the vector indexes' model)."""
+def compose_projection(settings: Settings, url: str) -> Projection:
+    """The projector's parts, not yet started (the embedder names the vector indexes' model).
+    ``url``: where the group's other processes send this one the requests for its tenants."""
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     embedder = load_embedder(settings.embedder)
     stores = TenantStores(
@@ -89,10 +96,14 @@ def compose_projection(settings: Settings) -> Projection:
         embed=memory_embedding(embedder),
         memory=settings.store == "memory",
     )
-    snapshots = Snapshots(open_objects(settings), settings.snapshot_interval)
+    objects = open_objects(settings)
+    snapshots = Snapshots(objects, settings.snapshot_interval)
     stores.snapshots = snapshots
     progress, indexed = Progress(), Progress()
     indexer = Indexer(stores, indexed)
+    membership = Membership(settings, progress, url)
+    group = projector_group(settings, objects)
+    check_shared_keys(settings, objects)  # a moved tenant must unseal its memories wherever it goes
     return Projection(
         knowledge=knowledge,
         embedder=embedder,
@@ -101,7 +112,8 @@ def compose_projection(settings: Settings) -> Projection:
         progress=progress,
         indexed=indexed,
         indexer=indexer,
-        projector=create_app(settings, stores, progress, indexer),
+        projector=create_app(settings, stores, progress, indexer, group=group, membership=membership),
+        membership=membership,
     )
 
 
@@ -150,7 +162,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, as_of
     replays, the SPARQL sandbox and (when enabled) the archiver; stopped after."""
     await ensure_topics(settings)
-    parts = compose_projection(settings)
+    parts = compose_projection(settings, settings.api_url())
     embedder, stores = parts.embedder, parts.stores
     producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)
     runtime = Runtime(
@@ -163,7 +175,8 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         indexer=parts.indexer,
         producer=producer,
         projector=parts.projector,
-        lag=LagMonitor(settings),
+        lag=LagMonitor(settings, group=parts.membership.group),
+        membership=parts.membership,
         commands=Commands(stores, producer, parts.progress, parts.indexed, embedder, settings.wait_timeout_s),
         # a hashing embedder costs microseconds: a process to overlap it with would cost more
         query_worker=EmbeddingWorker(embedder, settings.embedder)
@@ -227,7 +240,9 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
 async def projecting(settings: Settings) -> AsyncIterator[Projection]:
     """The projector alone, started: a worker's whole job (no API, no producer of writes)."""
     await ensure_topics(settings)
-    parts = compose_projection(settings)
+    # a worker serves no HTTP: a request routed to it could not be answered, so it says so
+    url = settings.advertised_url or f"worker://{socket.gethostname()}/{os.getpid()}"
+    parts = compose_projection(settings, url)
     await parts.start()
     log.info("engram worker projecting: topic %s, data %s", settings.events_topic, settings.data_dir)
     try:

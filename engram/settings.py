@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -109,6 +110,17 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API binds.")
     api_port: int = Field(8000, description="Port the HTTP API binds.")
+    advertised_url: str | None = Field(
+        None,
+        description="The URL other processes of the consumer group forward a tenant's requests to when "
+        "this one owns it; unset: http://<API host, or this machine's name if it binds all>:<API port>.",
+    )
+    route_wait_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest a request waits for its tenant's partition to be assigned (a rebalance) or "
+        "caught up after a move, before a 503 with Retry-After.",
+    )
     wait_timeout_s: float = Field(10.0, gt=0, description="Longest `?wait=true` waits.")
     write_timeout_s: float = Field(
         10.0,
@@ -301,6 +313,13 @@ class Settings(BaseSettings):
             path.write_text(secrets.token_urlsafe(48))
             log.info("made a new auth secret in %s", path)  # tokens signed with another are refused
         return path.read_text().strip()
+
+    def api_url(self) -> str:
+        """The URL this process's API is reached at by the others of its group (``advertised_url``)."""
+        if self.advertised_url:
+            return self.advertised_url.rstrip("/")
+        host = socket.gethostname() if self.api_host in ("0.0.0.0", "::", "") else self.api_host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.api_port}"
 
     def projector_group(self) -> str:
         """The projector's consumer group: the prefix plus the id of this data directory.

@@ -88,6 +88,10 @@ class TenantStores:
         self._exclusive: dict[str, asyncio.Lock] = {}
         # called with a tenant once its erasure is done: caches of its past (as_of) drop their copies
         self.erasure_listeners: list[Callable[[str], None]] = []
+        # set by the projector in memory mode: whether this process's partitions hold the tenant. A
+        # graph opened for a tenant another process projects would be stale from the first event it
+        # applies there, so none is (``streams.group``)
+        self.owns: Callable[[str], bool] | None = None
 
     def _path(self, tenant: str) -> Path:
         if not v.full_match(v.TENANT_RE, tenant):
@@ -102,7 +106,10 @@ class TenantStores:
         if not v.full_match(v.TENANT_RE, tenant):
             return False
         if self.memory:
-            return tenant in self._open or (self.root / tenant / MEMORY).exists()
+            if tenant in self._open or (self.root / tenant / MEMORY).exists():
+                return True
+            # a tenant moved here from another process of the group: its snapshots say it exists
+            return self.snapshots is not None and self.snapshots.newest(tenant) is not None
         self._finish_vacuum(tenant)
         return self._path(tenant).is_dir()
 
@@ -115,6 +122,8 @@ class TenantStores:
         if not create and not self.exists(tenant):
             return None
         if self.memory:
+            if self.owns is not None and not self.owns(tenant):
+                return None
             return self._open_memory(tenant)
         if (self._path(tenant).parent / ERASING).exists():
             self._finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
@@ -178,6 +187,22 @@ class TenantStores:
         graph = TenantGraph(self._path(tenant), self.knowledge, memory=store)
         self._opened(tenant, graph)
         return graph
+
+    async def drop(self, keep: Callable[[str], bool]) -> int:
+        """Close every open tenant ``keep`` refuses (snapshotted first if unsaved), each while held
+        (no index commit under it); how many. For tenants whose partition left this process: when
+        it comes back they open from their newest snapshot, not from a copy another process has
+        moved past meanwhile."""
+        dropped = 0
+        for tenant in [t for t in self._open if not keep(t)]:
+            async with self.exclusive(tenant):
+                graph = self._open.get(tenant)
+                if graph is not None and graph.unsaved() and self.snapshots is not None:
+                    await asyncio.to_thread(self.snapshots.take, tenant, graph)
+                del graph
+                self._close(tenant)
+                dropped += 1
+        return dropped
 
     def unsaved(self) -> list[tuple[str, TenantGraph]]:
         """The open in-memory graphs holding events no snapshot holds yet."""

@@ -10,9 +10,11 @@ from engram.streams.topics import DEAD_LETTER_MAX_BYTES
 from engram.settings import Settings
 
 
-def faust_app(settings: Settings, group: str, datadir: str) -> faust.App:
-    """An app in consumer group ``group``, its local state under ``data_dir/datadir``."""
+def faust_app(settings: Settings, group: str, datadir: str, *, url: str | None = None) -> faust.App:
+    """An app in consumer group ``group``, its local state under ``data_dir/datadir``; ``url`` is
+    what the group's assignment says this member is reached at (``streams.group``)."""
     fetch_guard.install()
+    extra = {"canonical_url": url} if url is not None else {}
     return faust.App(
         group,
         broker=f"kafka://{settings.kafka_bootstrap}",
@@ -34,4 +36,5 @@ def faust_app(settings: Settings, group: str, datadir: str) -> faust.App:
         # records fetched but not yet taken, all partitions in one queue: a fresh write waits behind at
         # most these (Faust's 4096 held it behind a whole backlog); the rate is unchanged (bench/throughput)
         stream_buffer_maxsize=500,
+        **extra,
     )

@@ -11,9 +11,10 @@ from engram.settings import Settings
 class LagMonitor:
     """Compares the log's end offsets with what the projector has handled or committed."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, group: str | None = None) -> None:
+        """``group``: the projector's consumer group (``streams.group``); the data directory's if None."""
         self.settings = settings
-        self.group = settings.projector_group()
+        self.group = group or settings.projector_group()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None)
         self._admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
 

@@ -5,6 +5,7 @@ The app, its topics and its one agent are declared here and nowhere else."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,11 +19,13 @@ from engram.schemas.payloads import EVENT_TYPES
 from engram.streams.codec import HEADER_EVENT_TYPE
 from engram.streams.dead_letters import send_dead_letter
 from engram.streams.faust_app import faust_app
+from engram.streams.group import Membership
 from engram.streams.held_acks import HeldAcks
 from engram.streams.indexer import Indexer
 from engram.streams.projector import Record, Result, handle_batch_with_retries
 from engram.streams.take import BatchBound, take_available
 from engram.streams.topics import partition_count
+from faust.types import TP
 
 from engram import metrics
 from engram.settings import Settings
@@ -33,6 +36,9 @@ from engram.settings import Settings
 BATCH_IDLE_S = 0.001
 # a metric's event type label: one of the schema's (the header holds its full name), or "other"
 KNOWN_TYPES = {f"{v.EVENT_NAMESPACE}.{name}": name for name in EVENT_TYPES}
+REBALANCE_POLL_S = 0.1  # how soon a rebalance's held events are saved (it waits for them)
+
+log = logging.getLogger(__name__)
 
 
 def as_record(message: object) -> Record:
@@ -90,15 +96,28 @@ class Reporter:
                 self._one(i, result)
 
 
-def create_app(settings: Settings, stores: TenantStores, progress: Progress, indexer: Indexer) -> faust.App:
+def create_app(
+    settings: Settings,
+    stores: TenantStores,
+    progress: Progress,
+    indexer: Indexer,
+    *,
+    group: str | None = None,
+    membership: Membership | None = None,
+) -> faust.App:
     """The projector: one agent over the events topic, dead letters as a topic of their own.
 
     Each record is reported to ``progress`` (reads, ``?wait=true``) as soon as its tenant's run
     commits, and goes to the indexer, which reports it again once its memories are also
     searchable; the batch is reported in log order (readiness) once it is all handled. With
     stores in memory its offsets are committed only once snapshots hold it (``streams.held_acks``).
+
+    ``membership`` is told of every rebalance (``streams.group``). In memory mode a rebalance
+    saves every unsaved tenant at once (the offsets it holds are then committed without waiting
+    for the timer), and a revoked partition's tenants are dropped from memory before it may move.
     """
-    app = faust_app(settings, settings.projector_group(), "faust")
+    group = group or settings.projector_group()
+    app = faust_app(settings, group, "faust", url=membership.url if membership is not None else None)
     held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
     # the agent's batches and the timer's snapshots, one at a time
     writing = held.writing if held is not None else asyncio.Lock()
@@ -144,6 +163,8 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
                         await held.save_due(everything=True)
                     held.hold(items)
             report.rest(results)
+            if membership is not None:
+                membership.handled()
 
     if held is not None:
 
@@ -152,5 +173,38 @@ def create_app(settings: Settings, stores: TenantStores, progress: Progress, ind
             async with writing:
                 await stores.trim()
                 await held.save_due()
+
+        @app.timer(interval=REBALANCE_POLL_S)
+        async def save_for_rebalance() -> None:
+            # a rebalance waits for every held event to be acked before it commits and moves on
+            if app.rebalancing and held.held():
+                async with writing:
+                    await held.save_due(everything=True)
+
+    if membership is not None:
+        membership.group = group
+        membership.assignor = app.assignor
+
+        if stores.memory:
+            stores.owns = membership.owns
+
+        async def drop_others(why: str) -> None:
+            """Tenants whose partition is not this process's now leave memory (saved first)."""
+            async with writing:
+                dropped = await stores.drop(membership.owns)
+            if dropped:
+                log.info("%s: %d tenants saved and dropped from memory", why, dropped)
+
+        @app.on_partitions_revoked.connect
+        async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+            membership.revoked(revoked)
+            if stores.memory:  # Faust has waited for every event to be acked: all are saved
+                await drop_others(f"partitions {sorted(tp.partition for tp in revoked)} revoked")
+
+        @app.on_partitions_assigned.connect
+        async def on_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+            membership.assigned(assigned)
+            if stores.memory:  # any opened meanwhile for a partition that is not ours
+                await drop_others("assignment")
 
     return app

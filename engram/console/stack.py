@@ -106,6 +106,26 @@ DEMO_TENANT = "acme"
 DEMO_OPERATOR = ("dana", "operator")
 
 
+def status(settings: Settings, args: argparse.Namespace) -> int:
+    """The projector's consumer group: its members (URLs), each partition's owner and lag."""
+    from engram.streams.group import group_status, projector_group
+    from engram.streams.objects import open_objects
+
+    group = projector_group(settings, open_objects(settings))
+    found = asyncio.run(group_status(settings, group))
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    print(f"group {found['group']}: {found['state']}, {len(found['members'])} members")
+    for m in found["members"]:
+        print(f"  {m['url'] or m['member']}  ({m['host']}): partitions {m['partitions']}")
+    print("partition  owner                               end  committed  lag")
+    for p in found["partitions"]:
+        owner = p["owner"] or "-"
+        print(f"{p['partition']:>9}  {owner:<32} {p['end']:>6} {p['committed']:>10} {p['lag']:>4}")
+    return 0
+
+
 def demo_spine() -> tuple[dict[str, dict[str, Any]], Attribution]:
     """The demo tenant's onboarding request (engram/demo/acme-onboarding.json), checked by the
     route's own model, as the slots and the attribution the onboarding command takes."""

@@ -1,0 +1,207 @@
+"""One and two `engram serve` processes in one consumer group (stores in memory, one object store,
+key store and auth secret), on the local broker. Prints JSON.
+
+1. ``rate``: ``bench/throughput.py``'s workload (N events over T tenants) produced at once, then
+   the seconds until the processes have handled them all (their ``/readyz`` counts): events/s wall
+   and per CPU-second of the serving processes (user + system, from ``/proc``), 1 and 2 processes
+   alternating, ``--reps`` times each, min and median.
+2. ``reads``: one memory read (``GET …/memories/{id}``) of a tenant owned by the second process,
+   sent to the owner and to the other process (forwarded) alternately: p50 and p95 of each.
+3. ``takeover``: the T tenants spread over two processes; the second is stopped (SIGTERM: it saves
+   its tenants and leaves the group) or killed (SIGKILL: the group notices after its session
+   timeout, 10 s); seconds until every one of its tenants answers a read through the survivor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiokafka.admin import AIOKafkaAdminClient
+from engram.schemas.events import event_from_json
+from engram.streams.group import group_status, projector_group
+from engram.streams.objects import open_objects
+from engram.streams.producer import EventProducer
+from engram.streams.topics import partition_for
+
+from bench.throughput import workload
+from engram.harness import Server, free_port, isolated_settings
+from engram.settings import Settings, load_settings
+
+PARTITIONS = 12
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def settings_pair(tmp: Path) -> tuple[Settings, Settings]:
+    a = isolated_settings(load_settings(), tmp / "a", partitions=PARTITIONS).model_copy(
+        update={
+            "store": "memory",
+            "archive_dir": tmp / "objects",
+            "keys_dir": tmp / "keys",
+            "auth_secret": secrets.token_urlsafe(32),
+            "embedder": "hashing",
+        }
+    )
+    return a, a.model_copy(update={"data_dir": tmp / "b", "api_port": free_port()})
+
+
+def cpu_s(server: Server) -> float:
+    assert server.proc is not None
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def handled(server: Server) -> int:
+    return sum(server.readyz()["handled"].values())
+
+
+def wait_members(settings: Settings, n: int, timeout: float = 90) -> dict[str, Any]:
+    group = projector_group(settings, open_objects(settings))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = asyncio.run(group_status(settings, group))
+        owners = {p["owner"] for p in found["partitions"]}
+        if found["state"] == "Stable" and len(found["members"]) == n and None not in owners:
+            return found
+        time.sleep(0.2)
+    raise TimeoutError(f"the group did not settle on {n} members")
+
+
+def started(settings: list[Settings], tmp: Path) -> list[Server]:
+    servers = []
+    for i, s in enumerate(settings):
+        servers.append(Server(s, tmp / f"{i}.log").start())
+        servers[-1].wait_ready(timeout=180)
+    wait_members(settings[0], len(settings))
+    return servers
+
+
+def produce(settings: Settings, events: list[dict]) -> None:
+    async def run() -> None:
+        decoded = [event_from_json(e) for e in events]
+        async with EventProducer(settings) as producer:
+            for start in range(0, len(decoded), 1000):
+                await producer.send_many(decoded[start : start + 1000])
+
+    asyncio.run(run())
+
+
+def drop_topics(settings: Settings) -> None:
+    """The run's topics (its prefix's), deleted: a dev broker that keeps every run's takes long to restart."""
+
+    async def run() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            prefix = settings.topic_prefix
+            names = [t for t in await admin.list_topics() if t.startswith((f"{prefix}.", f"{prefix}-"))]
+            if names:
+                await admin.delete_topics(names)
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+
+
+def rate(processes: int, events: list[dict]) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        sa, sb = settings_pair(tmp)
+        servers = started([sa, sb][:processes], tmp)
+        try:
+            before = [cpu_s(s) for s in servers]
+            t0 = time.monotonic()
+            produce(sa, events)
+            while sum(handled(s) for s in servers) < len(events):
+                time.sleep(0.05)
+            wall = time.monotonic() - t0
+            cpu = sum(cpu_s(s) - b for s, b in zip(servers, before, strict=True))
+        finally:
+            for s in servers:
+                s.stop()
+            drop_topics(sa)
+    return {"events_per_s": len(events) / wall, "events_per_cpu_s": len(events) / cpu, "wall_s": wall}
+
+
+def reads_and_takeover(events: list[dict], tenants: int, n_reads: int, how: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        sa, sb = settings_pair(tmp)
+        a, b = started([sa, sb], tmp)
+        try:
+            produce(sa, events)
+            while handled(a) + handled(b) < len(events):
+                time.sleep(0.05)
+            owners = {p["partition"]: p["owner"] for p in wait_members(sa, 2)["partitions"]}
+            names = sorted({e["tenant"] for e in events})
+            of_b = [t for t in names if owners[partition_for(t, PARTITIONS)] == b.url]
+            first = {t: next(e["payload"]["memory_id"] for e in events if e["tenant"] == t
+                             and e["type"] == "MemoryRemembered") for t in of_b}  # fmt: skip
+            out: dict[str, Any] = {"tenants_moved": len(of_b)}
+            if n_reads:
+                owner_ms, other_ms = [], []
+                with httpx.Client(auth=a.http.auth, timeout=30) as http:
+                    for i in range(n_reads):
+                        t = of_b[i % len(of_b)]
+                        for url, into in ((b.url, owner_ms), (a.url, other_ms)):
+                            t0 = time.perf_counter()
+                            r = http.get(f"{url}/v1/tenants/{t}/memories/{first[t]}")
+                            into.append((time.perf_counter() - t0) * 1e3)
+                            assert r.status_code == 200, r.text
+                out["read_ms"] = {
+                    name: {"p50": round(statistics.median(ms), 2),
+                           "p95": round(statistics.quantiles(ms, n=20)[-1], 2)}
+                    for name, ms in (("owner", owner_ms), ("non_owner", other_ms))
+                }  # fmt: skip
+            stopped = time.monotonic()
+            b.kill(signal.SIGTERM if how == "stop" else signal.SIGKILL)
+            pending = set(of_b)
+            with httpx.Client(auth=a.http.auth, timeout=30) as http:
+                while pending:
+                    for t in sorted(pending):
+                        if http.get(f"{a.url}/v1/tenants/{t}/memories/{first[t]}").status_code == 200:
+                            pending.discard(t)
+                    time.sleep(0.05)
+            out[f"takeover_s_{how}"] = round(time.monotonic() - stopped, 2)
+            return out
+        finally:
+            a.stop()
+            b.stop()
+            drop_topics(sa)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--events", type=int, default=3000)
+    p.add_argument("--tenants", type=int, default=100)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reads", type=int, default=200)
+    args = p.parse_args()
+    events = workload(args.events, args.tenants)
+    runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    for _ in range(args.reps):  # alternating, so the machine's load falls on both alike
+        for processes in (1, 2):
+            runs[processes].append(rate(processes, events))
+    result: dict[str, Any] = {"events": args.events, "tenants": args.tenants, "partitions": PARTITIONS}
+    for processes, got in runs.items():
+        for key in ("events_per_s", "events_per_cpu_s"):
+            values = [g[key] for g in got]
+            median = statistics.median(values)
+            result[f"{processes}p_{key}"] = {"min": round(min(values)), "median": round(median)}
+    result |= reads_and_takeover(events, args.tenants, args.reads, "stop")
+    result |= reads_and_takeover(events, args.tenants, 0, "kill")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
