@@ -8,10 +8,11 @@ time, alternating between the servers (so a busy moment of the shared machine fa
 median of each stage (ms), and the client's CPU-free view of the servers' CPU per write.
 
 Stages (each from the previous stamp): ``http_in`` client send -> the command starts (HTTP,
-auth, body model); ``sealed`` checked, embedded, sealed, encoded; ``acked`` produced and acked by
-Kafka; ``taken`` the projector took it in a batch (Faust fetch + ``BATCH_IDLE_S``); ``committed``
-projected and committed to the graph; ``indexed`` the indexer's pass (tantivy commit, hnswlib add);
-``released`` the waiting request woke; ``response`` back at the client.
+auth, body model); ``sealed`` checked, embedded, sealed, encoded; ``checked`` the pre-check
+against the tenant's graph (rivals, governance, the plan); ``acked`` produced and acked by Kafka;
+``taken`` the projector took it in a batch (Faust fetch + ``BATCH_IDLE_S``); ``committed``
+projected and committed to the graph; ``indexed`` the indexer's pass (refresh; before this branch
+the tantivy commit too); ``released`` the waiting request woke; ``response`` back at the client.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import httpx
 from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import load_settings
 
-STAGES = ("http_in", "sealed", "acked", "taken", "committed", "indexed", "released", "response")
+STAGES = ("http_in", "sealed", "checked", "acked", "taken", "committed", "indexed", "released", "response")
 
 
 def install_tracer(out: Path) -> None:
@@ -81,6 +82,8 @@ def install_tracer(out: Path) -> None:
     original_send = EventProducer.send
 
     async def send(self: Any, item: Any) -> Any:
+        if (s := stamps.get()) is not None:
+            s["checked"] = time.time()
         pos = await original_send(self, item)
         if (s := stamps.get()) is not None:
             s["acked"] = time.time()
@@ -141,7 +144,8 @@ def serve(trace: Path) -> int:
 
 
 def body(label: str) -> dict[str, Any]:
-    return {"source": "agent", "label": label, "content": "latency probe of the write path", "kind": "fact", "importance": 3}
+    content = "latency probe of the write path"
+    return {"source": "agent", "label": label, "content": content, "kind": "fact", "importance": 3}
 
 
 class Traced:
@@ -189,6 +193,7 @@ def stages(trace: dict[str, Any], sent: float, got: float) -> dict[str, float]:
     points = [
         ("http_in", trace["cmd_in"]),
         ("sealed", trace["sealed"]),
+        ("checked", trace["checked"]),
         ("acked", trace["acked"]),
         ("taken", trace["taken"]),
         ("committed", trace["committed"]),
