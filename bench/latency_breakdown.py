@@ -133,6 +133,40 @@ def install_tracer(out: Path) -> None:
         sink.write(json.dumps(s) + "\n")
 
     Commands._wait = wait  # type: ignore[method-assign]
+    if profile := os.environ.get("LATENCY_PROFILE"):
+        profile_sync_steps(Path(profile))
+
+
+def profile_sync_steps(out: Path) -> None:
+    """cProfile the write path's synchronous steps (check + embed + seal, rivals, pre-check); the
+    cumulative stats are written to ``out`` every 50 writes."""
+    import cProfile
+    import pstats
+
+    from engram.commands import writes
+    from engram.streams.pipeline import Pipeline
+
+    profiler = cProfile.Profile()
+    calls = [0]
+
+    def profiled(fn: Any, count: bool = False) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            profiler.enable()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                profiler.disable()
+                calls[0] += count
+                if count and calls[0] % 50 == 0:
+                    with out.open("w") as f:
+                        pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(40)
+
+        return wrapper
+
+    Pipeline.write = profiled(Pipeline.write, count=True)  # type: ignore[method-assign]
+    Pipeline.precheck = profiled(Pipeline.precheck)  # type: ignore[method-assign]
+    writes.rivals = profiled(writes.rivals)
 
 
 def serve(trace: Path) -> int:
@@ -149,8 +183,8 @@ def body(label: str) -> dict[str, Any]:
 
 
 class Traced:
-    def __init__(self, name: str, checkout: Path, root: Path) -> None:
-        self.name, self.checkout = name, checkout
+    def __init__(self, name: str, checkout: Path, root: Path, *, profile: bool = False) -> None:
+        self.name, self.checkout, self.profile = name, checkout, profile
         base = load_settings()
         self.settings = isolated_settings(base, root / name / "data", partitions=12)
         self.trace = root / name / "trace.jsonl"
@@ -161,6 +195,8 @@ class Traced:
         self.settings.token_secret()
         env = {**os.environ, **settings_env(self.settings)}
         env["PYTHONPATH"] = f"{self.checkout}:{self.checkout / 'clients' / 'python'}"
+        if self.profile:
+            env["LATENCY_PROFILE"] = str(self.trace.with_name("profile.txt"))
         here = Path(__file__).resolve()
         code = (
             "import importlib.util, sys; "
@@ -224,6 +260,7 @@ def main() -> None:
         help="a server of this source checkout (repeatable); default: this one",
     )
     ap.add_argument("--keep", action="store_true", help="keep the servers' logs and traces")
+    ap.add_argument("--profile", action="store_true", help="cProfile the synchronous steps (kept)")
     args = ap.parse_args()
     here = Path(__file__).resolve().parent.parent
     checkouts = [c.split("=", 1) for c in (args.checkout or [f"this={here}"])]
@@ -231,10 +268,13 @@ def main() -> None:
 
     kafka_local.start(load_settings())
     report: dict[str, Any] = {"benchmark": "latency_breakdown", "writes": args.writes, "runs": []}
-    keep = contextlib.nullcontext(tempfile.mkdtemp(prefix="latency-")) if args.keep else None
+    keep = contextlib.nullcontext(tempfile.mkdtemp(prefix="latency-")) if args.keep or args.profile else None
     with keep or tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
-            servers = [Traced(name, Path(path), Path(tmp) / f"run{run}") for name, path in checkouts]
+            servers = [
+                Traced(name, Path(path), Path(tmp) / f"run{run}", profile=args.profile)
+                for name, path in checkouts
+            ]
             from engram.streams.topics import ensure_topics
 
             for s in servers:
