@@ -436,11 +436,21 @@ class TenantIndexes:
             else:
                 self.vectors.upsert(memory_id, vector)
 
+    def stage(self, position: Position | None) -> None:
+        """The refreshed memories are searchable (the text index's overlay, the vectors' graph in
+        memory) and reflect the log up to ``position``; the text index commits them later
+        (``streams.indexer``: ``TextIndex.begin_flush``), the vectors every ``SAVE_VECTORS_EVERY``."""
+        self.text.stage(position)
+
+    def vectors_due(self) -> bool:
+        return self.vectors.unsaved >= SAVE_VECTORS_EVERY
+
     def commit(self, position: Position | None, *, save_vectors: bool = False) -> None:
-        """Make the refreshed memories searchable and durable up to ``position``."""
+        """Make the refreshed memories searchable and durable up to ``position``, now."""
+        self.text.stage(position)
         self.text.commit()
         self.text.checkpoint.write(position)
-        if save_vectors or self.vectors.unsaved >= SAVE_VECTORS_EVERY:
+        if save_vectors or self.vectors_due():
             self.save_vectors(position)
 
     def save_vectors(self, position: Position | None) -> None:

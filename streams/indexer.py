@@ -1,14 +1,14 @@
-"""Group commit of the search indexes behind the projector, and the order records are reported in.
+"""The search indexes behind the projector, and the order records are reported in.
 
 The projector applies each record to the graph at once (and reports it); the indexer then
-refreshes the touched memories of everything handled since its last pass and commits each
-tenant's text index once per pass. A tantivy commit costs ~20 ms of CPU whatever it holds, so
-with many busy tenants commits would starve the projector: after each pass the indexer rests as
-long as the pass took (when more that needs a commit is already waiting: a write with no backlog
-is not held back, nor is a backlog that touched no memory, a decision or a session say, whose pass
-commits nothing), which caps it at half of one core and lets the next pass carry more. Only
-after the commit are the records reported to its own ``Progress``, in log order, so ``?wait=true``
-and a recall after a write see the write when it is searchable.
+refreshes the touched memories of everything handled since its last pass, which makes them
+searchable at once (the text index's overlay in memory, the vectors' graph), and only then reports
+the records to its own ``Progress``, in log order, so ``?wait=true`` and a recall after a write see
+the write when it is searchable. A tantivy commit costs 7-20 ms of CPU whatever it holds, so it is
+not on that path: a flusher commits each tenant's overlay once it is large or old enough
+(``text_index.FLUSH_DOCS``, ``FLUSH_AFTER_S``), in a worker thread, one tenant at a time, resting
+after each as long as the commit took (at most half of one core under a backlog of many tenants).
+A pass that refreshed many memories rests likewise, so the next pass carries more.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import logging
 import time
 from dataclasses import dataclass
 
+from engram.projections.indexes import TenantIndexes
 from engram.projections.progress import Progress
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Outcome
+from engram.projections.text_index import FLUSH_AFTER_S
 from engram.schemas.events import Position
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,10 @@ class Indexer:
         self._pending: list[Handled] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._staged: dict[str, TenantIndexes] = {}  # tenants whose overlay holds changes
         self.passes = 0
+        self.flushes = 0
 
     def submit(
         self, tenant: str | None, position: Position, outcome: Outcome, memory_ids: tuple[str, ...]
@@ -53,14 +58,17 @@ class Indexer:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="engram-indexer")
+        self._flusher = asyncio.create_task(self._flush_forever(), name="engram-index-flusher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._flusher = None
         await self._pass()  # what was handled before the stop is indexed and reported
+        await self.flush(everything=True)  # and committed, so a restart has nothing to catch up
 
     async def _run(self) -> None:
         while True:
@@ -72,9 +80,49 @@ class Indexer:
             if any(h.memory_ids for h in self._pending):
                 await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
 
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_AFTER_S / 4)
+            await self.flush()
+
+    async def flush(self, *, everything: bool = False) -> int:
+        """Commit the text index of each tenant whose overlay is due (``everything``: that holds
+        any change), one at a time; how many were committed."""
+        done = 0
+        for tenant, indexes in list(self._staged.items()):
+            text = indexes.text
+            if not everything and not text.flush_due():
+                continue
+            job = text.begin_flush()
+            if job is None:
+                if not text.dirty:  # closed (an erasure, an eviction) or committed since
+                    self._staged.pop(tenant, None)
+                continue
+            started = time.perf_counter()
+            # the commit's thread is waited for even if this task is cancelled (a stop), so the stop's
+            # own flush does not find this one under way
+            write = asyncio.ensure_future(asyncio.to_thread(text.write_flush, job))
+            written = False
+            try:
+                written = await asyncio.shield(write)
+            except asyncio.CancelledError:
+                written = await write
+                raise
+            except Exception:  # the graph is the truth: the overlay is committed at the next flush
+                log.exception("committing the text index of %s failed", tenant)
+            finally:
+                text.end_flush(job, written)
+                if not text.dirty and self._staged.get(tenant) is indexes:
+                    del self._staged[tenant]
+            done += written
+            self.flushes += written
+            if not everything:  # at most half of a core: the projector and the API go on
+                await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
+        return done
+
     async def _index(self, tenant: str, position: Position, touched: set[str]) -> None:
-        """Refresh and commit one tenant's indexes, holding the tenant so an erasure does not close
-        them under the commit's thread (and keeping no reference once done)."""
+        """Refresh one tenant's indexes (searchable at once), holding the tenant so an erasure does
+        not close them under the embedding's or the vectors' save's thread."""
         async with self.stores.exclusive(tenant):
             indexes = self.stores.indexes(tenant)
             if indexes is None:
@@ -84,15 +132,17 @@ class Indexer:
                 words = indexes.stale_words(sorted(touched))
                 fresh = await asyncio.to_thread(indexes.embed_words, words) if words else {}
                 indexes.refresh(sorted(touched), fresh)
-            # a stop cancels this task but not the thread: the commit is waited for, the tenant
-            # held, or the stop's last pass writes to the writer the thread is committing
-            # ("RuntimeError: Already borrowed")
-            commit = asyncio.ensure_future(asyncio.to_thread(indexes.commit, position))
-            try:
-                await asyncio.shield(commit)
-            except asyncio.CancelledError:
-                await commit
-                raise
+            indexes.stage(position)
+            if indexes.text.dirty:
+                self._staged[tenant] = indexes
+            if indexes.vectors_due():
+                # a stop cancels this task but not the thread: the save is waited for, the tenant held
+                save = asyncio.ensure_future(asyncio.to_thread(indexes.save_vectors, position))
+                try:
+                    await asyncio.shield(save)
+                except asyncio.CancelledError:
+                    await save
+                    raise
 
     async def _pass(self) -> None:
         self._wake.clear()

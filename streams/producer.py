@@ -38,7 +38,7 @@ class EventProducer:
             bootstrap_servers=settings.kafka_bootstrap,
             enable_idempotence=True,
             acks="all",
-            linger_ms=2,
+            linger_ms=0,  # a lone write is sent at once; a burst still batches behind the request in flight
             max_request_size=MAX_REQUEST_BYTES,
         )
 

@@ -1,0 +1,95 @@
+"""The indexer reports a write as searchable before tantivy commits it (the text index's overlay),
+commits it later off the write's path, and a stop leaves the on-disk index complete: a store
+reopened after the stop has nothing to catch up."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+
+from engram.projections.progress import Progress
+from engram.projections.tenant_graph import Status
+from engram.schemas.events import Position
+from engram.streams.indexer import Indexer
+from engram.streams.pipeline import embed_missing
+
+from tests.factories import event, remembered
+from tests.projections.test_indexes import EMB, stores
+
+
+def test_a_write_is_reported_searchable_before_its_commit_and_committed_by_the_stop(tmp_path: Path) -> None:
+    tenant_stores = stores(tmp_path)
+    indexed = Progress()
+    indexer = Indexer(tenant_stores, indexed)
+    seen: dict[str, object] = {}
+
+    async def go() -> None:
+        await indexer.start()
+        graph = tenant_stores.get("t", create=True)
+        assert graph is not None and tenant_stores.indexes("t") is not None  # open before the writes
+        for offset, (mid, words) in enumerate([("cap", "meta budget cap"), ("tone", "no emoji")]):
+            ev = embed_missing(
+                [(0, event("MemoryRemembered", remembered(mid, content=words), tenant="t"))], EMB
+            )
+            outcome = graph.apply(ev[0][1], Position(0, offset, 1_700_000_000_000 + offset))
+            assert outcome.status is Status.APPLIED
+            indexer.submit("t", Position(0, offset), outcome, (mid,))
+        handled = await indexed.wait_for(0, 1, 10)
+        assert handled is not None
+        indexes = tenant_stores.indexes("t")
+        assert indexes is not None
+        seen["found"] = [i for i, _ in indexes.text.search("meta emoji", 10)]
+        seen["on_disk"] = indexes.text.index.searcher().num_docs
+        seen["checkpoint"] = indexes.text.checkpoint.read()
+        await indexer.stop()
+        seen["after_stop"] = indexes.text.index.searcher().num_docs
+        seen["checkpoint_after"] = indexes.text.checkpoint.read()
+
+    try:
+        asyncio.run(go())
+    finally:
+        tenant_stores.close()
+    assert sorted(seen["found"]) == ["cap", "tone"]  # type: ignore[arg-type]
+    assert seen["on_disk"] == 0 and seen["checkpoint"] is None  # reported before any commit
+    assert seen["after_stop"] == 2 and seen["checkpoint_after"] == Position(0, 1)
+    assert indexer.flushes == 1
+    gc.collect()
+    reopened = stores(tmp_path)
+    try:
+        indexes = reopened.indexes("t")
+        assert indexes is not None and indexes.text.count() == 2 and not indexes.text.dirty
+    finally:
+        reopened.close()
+
+
+def test_the_flusher_commits_an_overlay_once_it_is_old_enough(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("engram.streams.indexer.FLUSH_AFTER_S", 0.2)
+    monkeypatch.setattr("engram.projections.text_index.FLUSH_AFTER_S", 0.2)
+    tenant_stores = stores(tmp_path)
+    indexer = Indexer(tenant_stores, Progress())
+    counts: list[int] = []
+
+    async def go() -> None:
+        await indexer.start()
+        graph = tenant_stores.get("t", create=True)
+        assert graph is not None and tenant_stores.indexes("t") is not None  # open before the writes
+        ev = embed_missing([(0, event("MemoryRemembered", remembered("cap"), tenant="t"))], EMB)
+        indexer.submit(
+            "t", Position(0, 0), graph.apply(ev[0][1], Position(0, 0, 1_700_000_000_000)), ("cap",)
+        )
+        indexes = None
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            indexes = tenant_stores.indexes("t")
+            if indexes is not None and indexes.text.index.searcher().num_docs == 1:
+                break
+        assert indexes is not None
+        counts.append(indexes.text.index.searcher().num_docs)
+        await indexer.stop()
+
+    try:
+        asyncio.run(go())
+    finally:
+        tenant_stores.close()
+    assert counts == [1] and indexer.flushes == 1  # by the flusher, not the stop
