@@ -17,7 +17,8 @@ With ``--stores disk,memory --runs 3`` step 1 alone is run again per store, inte
 a fresh store: events/s wall and per CPU-second (``time.process_time``: the replay runs in this
 process), min and median; the store's directory (disk), its snapshot and the RSS a fresh process
 takes to load it (memory), and the Kafka log's bytes per event (``--kafka-logs``, the broker's
-log directory). ``--replay-only`` skips steps 2 to 4.
+log directory). ``--replay-only`` skips steps 2 to 4; ``--profile`` prints each replay's cProfile
+(top 15 by own and by cumulative time) to stderr (its rates then include the profiler's cost).
 Prints one JSON object; progress goes to stderr.
 """
 
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import logging
+import pstats
 import shutil
 import statistics
 import subprocess
@@ -193,16 +196,24 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def replay_once(settings, root: Path, mode: str) -> dict[str, Any]:
+def replay_once(settings, root: Path, mode: str, profile: bool = False) -> dict[str, Any]:
     """One replay of the tenant into fresh stores of ``mode`` (``ENGRAM_STORE``): wall and CPU
     seconds, and what the rebuilt tenant takes (its directory on disk; in memory its snapshot and
     the RSS a fresh process takes to load that)."""
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))
     stores = TenantStores(root / "tenants", knowledge=knowledge, keys=keys, memory=mode == "memory")
+    profiler = cProfile.Profile() if profile else None
     wall, cpu = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
     graph = asyncio.run(replay_tenant(settings, TENANT, root, stores=stores))
+    if profiler is not None:
+        profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if profiler is not None:  # where the replay's time goes: to stderr, beside the progress
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats(order).print_stats(15)
     assert graph is not None
     out: dict[str, Any] = {"seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "quads": len(graph.store)}
     if mode == "memory":
@@ -221,12 +232,12 @@ def replay_once(settings, root: Path, mode: str) -> dict[str, Any]:
     return out
 
 
-def replays(settings, root: Path, n: int, modes: list[str], runs: int) -> dict[str, Any]:
+def replays(settings, root: Path, n: int, modes: list[str], runs: int, profile: bool) -> dict[str, Any]:
     """``runs`` replays per store mode, the modes interleaved: min / median of each rate."""
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for run in range(runs):
         for mode in modes:
-            row = replay_once(settings, root / f"replay-{run}-{mode}", mode)
+            row = replay_once(settings, root / f"replay-{run}-{mode}", mode, profile)
             row["events_per_second"] = round(n / row["seconds"], 1)
             row["events_per_cpu_second"] = round(n / row["cpu_seconds"], 1)
             per_mode[mode].append(row)
@@ -258,6 +269,7 @@ def main() -> None:
     ap.add_argument("--stores", default="disk", help="ENGRAM_STORE modes replayed, interleaved: disk,memory")
     ap.add_argument("--runs", type=int, default=1, help="replays of each store mode")
     ap.add_argument("--replay-only", action="store_true", help="skip re-materialising and the rank")
+    ap.add_argument("--profile", action="store_true", help="cProfile each replay (top 15 to stderr)")
     ap.add_argument("--kafka-logs", type=Path, help="the broker's log.dirs (default: DATA_DIR/kafka/logs)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
@@ -275,7 +287,7 @@ def main() -> None:
         if (size := log_bytes(logs, settings.events_topic)) is not None:
             result["kafka_log_bytes_per_event"] = round(size / n, 1)
         modes = args.stores.split(",")
-        result["replay"] = replays(settings, Path(tmp) / "replays", n, modes, args.runs)
+        result["replay"] = replays(settings, Path(tmp) / "replays", n, modes, args.runs, args.profile)
         if not args.replay_only:
             graph = asyncio.run(replay_tenant(settings, TENANT, Path(tmp) / "replay"))
             assert graph is not None
