@@ -13,6 +13,12 @@ One run, one machine: starts (or reuses) the local broker, then
   4. side by side at a few sizes, one event at a time: a new candidate under the shipped rule
      (RANK … LIMIT: only the top is ranked) and under the COUNT aggregate it replaced (every
      candidate ranked, each by counting those above it).
+With ``--stores disk,memory --runs 3`` step 1 alone is run again per store, interleaved, each into
+a fresh store: events/s wall and per CPU-second (``time.process_time``: the replay runs in this
+process), min and median; the store's directory (disk), its snapshot and the RSS a fresh process
+takes to load it (memory), and the Kafka log's bytes per event (``--kafka-logs``, the broker's
+log directory). ``--replay-only`` skips steps 2 to 4; ``--profile`` prints each replay's cProfile
+(top 15 by own and by cumulative time) to stderr (its rates then include the profiler's cost).
 Prints one JSON object; progress goes to stderr.
 """
 
@@ -20,10 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import logging
+import pstats
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,13 +42,16 @@ from typing import Any
 
 from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
 from engram.projections.rules.program import Rank
+from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import GRAPHS
 from engram.schemas.events import Position, event_from_json
 from engram.streams import kafka_local
-from engram.streams.keystore import KeyStore
+from engram.streams.keystore import KeyStore, ReadOnlyKeys
+from engram.streams.objects import LocalObjects
 from engram.streams.pipeline import seal as seal_event
 from engram.streams.replay import replay_tenant
+from engram.streams.snapshots import Snapshots
 from engram.streams.topics import ensure_topics
 
 from bench.throughput import produce_all
@@ -179,11 +191,86 @@ def side_by_side(root: Path, sizes: list[int]) -> dict[str, Any]:
     return {"ms_per_new_candidate_by_candidates": out}
 
 
+def du(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def replay_once(settings, root: Path, mode: str, profile: bool = False) -> dict[str, Any]:
+    """One replay of the tenant into fresh stores of ``mode`` (``ENGRAM_STORE``): wall and CPU
+    seconds, and what the rebuilt tenant takes (its directory on disk; in memory its snapshot and
+    the RSS a fresh process takes to load that)."""
+    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))
+    stores = TenantStores(root / "tenants", knowledge=knowledge, keys=keys, memory=mode == "memory")
+    profiler = cProfile.Profile() if profile else None
+    wall, cpu = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    graph = asyncio.run(replay_tenant(settings, TENANT, root, stores=stores))
+    if profiler is not None:
+        profiler.disable()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if profiler is not None:  # where the replay's time goes: to stderr, beside the progress
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats(order).print_stats(15)
+    assert graph is not None
+    out: dict[str, Any] = {"seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "quads": len(graph.store)}
+    if mode == "memory":
+        snaps = Snapshots(LocalObjects(root / "objects"))
+        started = time.process_time()
+        snap = snaps.take(TENANT, graph)
+        out["snapshot_bytes"], out["snapshot_cpu_s"] = snap.bytes, round(time.process_time() - started, 2)
+        code = f"from bench.memstore import load_rss; load_rss({str(root / 'objects')!r}, {TENANT!r})"
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        out["loaded_in_a_fresh_process"] = json.loads(child.stdout)
+    else:
+        out["store_bytes"] = du(stores.store_path(TENANT))
+    del graph
+    stores.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def replays(settings, root: Path, n: int, modes: list[str], runs: int, profile: bool) -> dict[str, Any]:
+    """``runs`` replays per store mode, the modes interleaved: min / median of each rate."""
+    per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for run in range(runs):
+        for mode in modes:
+            row = replay_once(settings, root / f"replay-{run}-{mode}", mode, profile)
+            row["events_per_second"] = round(n / row["seconds"], 1)
+            row["events_per_cpu_second"] = round(n / row["cpu_seconds"], 1)
+            per_mode[mode].append(row)
+            log.info("replay %d %s: %s", run, mode, json.dumps(row))
+    out: dict[str, Any] = {}
+    for mode, rows in per_mode.items():
+        wall = sorted(r["events_per_second"] for r in rows)
+        cpu = sorted(r["events_per_cpu_second"] for r in rows)
+        out[mode] = {
+            "events_per_second": {"min": wall[0], "median": statistics.median(wall)},
+            "events_per_cpu_second": {"min": cpu[0], "median": statistics.median(cpu)},
+            "runs": rows,
+        }
+    return out
+
+
+def log_bytes(logs: Path, topic: str) -> int | None:
+    """Bytes of ``topic``'s record batches on the broker (its partitions' ``.log`` segments; the
+    index files are preallocated), None if the broker's log directory is not here."""
+    dirs = [d for d in logs.glob(f"{topic}-*") if d.name.rsplit("-", 1)[-1].isdigit()]
+    return sum(f.stat().st_size for d in dirs for f in d.glob("*.log")) if dirs else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memories", type=int, default=100_000)
     ap.add_argument("--probes", type=int, default=9, help="events of each kind timed on the rebuilt store")
     ap.add_argument("--sizes", default="50,100,200", help="candidates at which both rank rules are timed")
+    ap.add_argument("--stores", default="disk", help="ENGRAM_STORE modes replayed, interleaved: disk,memory")
+    ap.add_argument("--runs", type=int, default=1, help="replays of each store mode")
+    ap.add_argument("--replay-only", action="store_true", help="skip re-materialising and the rank")
+    ap.add_argument("--profile", action="store_true", help="cProfile each replay (top 15 to stderr)")
+    ap.add_argument("--kafka-logs", type=Path, help="the broker's log.dirs (default: DATA_DIR/kafka/logs)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
 
@@ -194,21 +281,23 @@ def main() -> None:
         asyncio.run(ensure_topics(settings))
         events = workload(args.memories)
         asyncio.run(produce(settings, events))
-        began = time.monotonic()
-        graph = asyncio.run(replay_tenant(settings, TENANT, Path(tmp) / "replay"))
-        replay_s = time.monotonic() - began
-        assert graph is not None
-        t = time.monotonic()
-        inferred = graph.rematerialize()
-        rematerialize_s = time.monotonic() - t
-        result: dict[str, Any] = {
-            "memories": args.memories,
-            "replay": {"seconds": round(replay_s, 1), "events_per_second": round(len(events) / replay_s, 1)},
-            "rematerialize": {"seconds": round(rematerialize_s, 1), "inferred_facts": inferred},
-            "rank_on_rebuilt_store": rank_costs(graph, args.probes),
-        }
-        del graph
-        result["side_by_side"] = side_by_side(Path(tmp), [int(s) for s in args.sizes.split(",")])
+        logs = args.kafka_logs or kafka_local.broker_dir(base) / "logs"
+        n = args.memories
+        result: dict[str, Any] = {"memories": n, "kafka_log_bytes_per_event": None}
+        if (size := log_bytes(logs, settings.events_topic)) is not None:
+            result["kafka_log_bytes_per_event"] = round(size / n, 1)
+        modes = args.stores.split(",")
+        result["replay"] = replays(settings, Path(tmp) / "replays", n, modes, args.runs, args.profile)
+        if not args.replay_only:
+            graph = asyncio.run(replay_tenant(settings, TENANT, Path(tmp) / "replay"))
+            assert graph is not None
+            t = time.monotonic()
+            inferred = graph.rematerialize()
+            rematerialize_s = time.monotonic() - t
+            result["rematerialize"] = {"seconds": round(rematerialize_s, 1), "inferred_facts": inferred}
+            result["rank_on_rebuilt_store"] = rank_costs(graph, args.probes)
+            del graph
+            result["side_by_side"] = side_by_side(Path(tmp), [int(s) for s in args.sizes.split(",")])
     print(json.dumps(result, indent=2))
 
 

@@ -208,6 +208,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return round(int(next(line for line in status if line.startswith("VmRSS:")).split()[1]) / 1024, 1)
+
+
+def footprint(settings: Settings, pid: int, rss_before: float) -> dict[str, Any]:
+    """What the worker holds once the workload is in: its RSS (and before it), and the bytes on
+    disk of its tenants' directories by part (``graph``: the RocksDB store; ``text``: tantivy;
+    ``vectors``: hnswlib) and of its snapshots (in memory mode, once the timer has taken them)."""
+    if settings.store == "memory":
+        time.sleep(settings.snapshot_after_s + 2)
+    parts: dict[str, int] = {}
+    for f in settings.tenants_dir.rglob("*"):
+        if f.is_file():
+            where = f.relative_to(settings.tenants_dir).parts  # tenant, part, ...
+            part = where[1] if len(where) > 2 else "other"
+            parts[part] = parts.get(part, 0) + f.stat().st_size
+    snapshots = settings.archive_root / "snapshots"
+    snapshot_bytes = sum(f.stat().st_size for f in snapshots.rglob("*") if f.is_file())
+    return {"worker_rss_mib": rss_mib(pid), "worker_rss_mib_before": rss_before, "tenant_dir_bytes": parts,
+            "snapshot_bytes": snapshot_bytes}  # fmt: skip
+
+
 def worker_rules_off(base: Settings, root: Path, raw: list[dict], store: str) -> dict[str, Any]:
     """The same workload through a worker whose rule set is empty: the Faust path without rules."""
     (root / "no-rules").mkdir(parents=True, exist_ok=True)
@@ -221,13 +244,15 @@ def worker_rules_off(base: Settings, root: Path, raw: list[dict], store: str) ->
         warm_up(server)
         keys = KeyStore(settings.key_store_dir)
         events = [seal_event(event_from_json(e), keys) for e in raw]
+        rss0 = rss_mib(server.proc.pid)
         cpu0, began = cpu_seconds(server.proc.pid), time.monotonic()
         asyncio.run(produce_all(settings, events))
         server.wait_ready(timeout=600, interval=0.5)
         took, cpu = time.monotonic() - began, cpu_seconds(server.proc.pid) - cpu0
         return {"events_per_second": round(len(events) / took, 1),
                 "events_per_cpu_second": round(len(events) / cpu, 1),
-                "batch_sizes": server.readyz().get("batches", {})}  # fmt: skip
+                "batch_sizes": server.readyz().get("batches", {}),
+                "footprint": footprint(settings, server.proc.pid, rss0)}  # fmt: skip
     finally:
         server.stop()
 
@@ -241,6 +266,7 @@ def main() -> None:
         "--batch", type=int, default=2000, help="records per in-process batch (the worker's maximum)"
     )
     ap.add_argument("--store", choices=("disk", "memory"), default="disk", help="the workers' ENGRAM_STORE")
+    ap.add_argument("--skip-in-process", action="store_true", help="skip step 3 (the worker's figures only)")
     args = ap.parse_args()
 
     base = load_settings()
@@ -261,6 +287,7 @@ def main() -> None:
             keys = KeyStore(settings.key_store_dir)  # sealed as the API and `engram produce` seal them
             events = [seal_event(event_from_json(e), keys) for e in workload(args.events, args.tenants)]
             prober = Prober(server)
+            rss0 = rss_mib(server.proc.pid)
             cpu0, began = cpu_seconds(server.proc.pid), time.monotonic()
             prober.start()
             produce_s = asyncio.run(produce_all(settings, events))
@@ -270,6 +297,7 @@ def main() -> None:
             prober.stop.set()
             prober.join()
             ready = server.readyz()
+            rules_on_footprint = footprint(settings, server.proc.pid, rss0)
 
             latencies = []
             with httpx.Client(base_url=server.url, timeout=60, auth=server.http.auth) as client:
@@ -287,7 +315,7 @@ def main() -> None:
         ours = [r for r in records if (r.key or b"").startswith(b"b")]  # the workload's only
         inproc = Path(tmp) / "inproc"
         rates = {}
-        for rules in (False, True):
+        for rules in () if args.skip_in_process else (False, True):
             for batch in (1, args.batch):
                 took = project_in_process(settings, ours, inproc, rules=rules, batch=batch)
                 label = f"projection_in_process_rules_{'on' if rules else 'off'}_" + (
@@ -319,6 +347,10 @@ def main() -> None:
                 "worker_events_per_cpu_second": {
                     "rules_off": rules_off["events_per_cpu_second"],
                     "rules_on": round((args.events + probes) / applied_cpu, 1),
+                },
+                "footprint_after_the_workload": {
+                    "rules_off": rules_off["footprint"],
+                    "rules_on": rules_on_footprint,
                 },
                 "write_to_readable_ms_while_the_backlog_drains": summary(prober.latencies),
                 "write_to_readable_ms_no_backlog": summary(latencies),
