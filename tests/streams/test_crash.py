@@ -40,11 +40,15 @@ def interleave(rng: random.Random, streams: dict[str, list[dict]]) -> list[dict]
 
 
 class Feeder(threading.Thread):
-    """Produces the events in chunks at a bounded rate, so the kill lands mid-stream."""
+    """Produces the events in chunks of ``chunk`` with ``pause_s`` between them, so a kill lands
+    mid-stream."""
 
-    def __init__(self, settings: Settings, events: list[dict]) -> None:
+    def __init__(
+        self, settings: Settings, events: list[dict], *, chunk: int = 100, pause_s: float = 0.01
+    ) -> None:
         super().__init__(daemon=True)
         self.settings, self.events = settings, [event_from_json(e) for e in events]
+        self.chunk, self.pause_s = chunk, pause_s
         self.produced = 0
         self.error: BaseException | None = None
 
@@ -56,10 +60,10 @@ class Feeder(threading.Thread):
 
     async def _feed(self) -> None:
         async with EventProducer(self.settings) as producer:
-            for start in range(0, len(self.events), 100):
-                await producer.send_many(self.events[start : start + 100])
-                self.produced = start + 100
-                await asyncio.sleep(0.01)
+            for start in range(0, len(self.events), self.chunk):
+                await producer.send_many(self.events[start : start + self.chunk])
+                self.produced = min(start + self.chunk, len(self.events))
+                await asyncio.sleep(self.pause_s)
 
 
 def count(server: Server, tenant: str, **params: str) -> int:

@@ -10,24 +10,21 @@ import gc
 import random
 import re
 import secrets
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engram.projections.read import export_nquads
-from engram.schemas.events import event_from_json
 from engram.streams.group import group_status, projector_group
 from engram.streams.objects import open_objects
-from engram.streams.producer import EventProducer
 from engram.streams.replay import replay_tenant
 from engram.streams.topics import partition_for
 
 from engram.harness import Server, free_port, isolated_settings
 from engram.settings import Settings
 from tests.factories import random_stream
-from tests.streams.test_crash import count, interleave
+from tests.streams.test_crash import Feeder, count, interleave
 
 pytestmark = pytest.mark.integration
 
@@ -107,29 +104,6 @@ def test_a_request_to_a_process_that_does_not_own_the_tenant_is_answered_by_its_
     assert "owned by" in looped.json()["detail"][0]["msg"]
 
 
-class Feeder(threading.Thread):
-    """Produces the events in small chunks over several seconds, so a kill lands mid-stream."""
-
-    def __init__(self, settings: Settings, events: list[dict]) -> None:
-        super().__init__(daemon=True)
-        self.settings, self.events = settings, [event_from_json(e) for e in events]
-        self.produced = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._feed())
-        except BaseException as exc:
-            self.error = exc
-
-    async def _feed(self) -> None:
-        async with EventProducer(self.settings) as producer:
-            for start in range(0, len(self.events), 20):
-                await producer.send_many(self.events[start : start + 20])
-                self.produced = min(start + 20, len(self.events))
-                await asyncio.sleep(0.1)  # ~7 s in all: the kill lands while it goes on
-
-
 def test_kill_9_of_one_of_two_processes_loses_and_doubles_nothing(
     broker: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -147,7 +121,7 @@ def test_kill_9_of_one_of_two_processes_loses_and_doubles_nothing(
     b_tenants = [t for t in streams if partition_for(t, PARTITIONS) in b_partitions]
     assert b_tenants and len(b_tenants) < TENANTS
 
-    feeder = Feeder(sa, events)
+    feeder = Feeder(sa, events, chunk=20, pause_s=0.1)  # ~7 s in all: the kill lands while it goes on
     feeder.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and sum(b.readyz()["handled"].values()) < 60:
