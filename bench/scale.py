@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka.admin import AIOKafkaAdminClient
 from engram.schemas.events import event_from_json
 from engram.streams.group import group_status, projector_group
 from engram.streams.objects import open_objects
 from engram.streams.producer import EventProducer
-from engram.streams.topics import partition_for
+from engram.streams.topics import drop_topics, partition_for
 
 from bench.throughput import workload
 from engram.harness import Server, free_port, isolated_settings
@@ -96,23 +95,6 @@ def produce(settings: Settings, events: list[dict]) -> None:
     asyncio.run(run())
 
 
-def drop_topics(settings: Settings) -> None:
-    """The run's topics (its prefix's), deleted: a dev broker that keeps every run's takes long to restart."""
-
-    async def run() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-        await admin.start()
-        try:
-            prefix = settings.topic_prefix
-            names = [t for t in await admin.list_topics() if t.startswith((f"{prefix}.", f"{prefix}-"))]
-            if names:
-                await admin.delete_topics(names)
-        finally:
-            await admin.close()
-
-    asyncio.run(run())
-
-
 def rate(processes: int, events: list[dict]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
@@ -129,7 +111,7 @@ def rate(processes: int, events: list[dict]) -> dict[str, float]:
         finally:
             for s in servers:
                 s.stop()
-            drop_topics(sa)
+            asyncio.run(drop_topics(sa.kafka_bootstrap, sa.topic_prefix))
     return {"events_per_s": len(events) / wall, "events_per_cpu_s": len(events) / cpu, "wall_s": wall}
 
 
@@ -177,7 +159,7 @@ def reads_and_takeover(events: list[dict], tenants: int, n_reads: int, how: str)
         finally:
             a.stop()
             b.stop()
-            drop_topics(sa)
+            asyncio.run(drop_topics(sa.kafka_bootstrap, sa.topic_prefix))
 
 
 def main() -> None:

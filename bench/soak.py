@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka.admin import AIOKafkaAdminClient
 from engram.streams import kafka_local
-from engram.streams.topics import ensure_topics
+from engram.streams.topics import drop_topics, ensure_topics
 
 from engram.harness import Server, isolated_settings
 from engram.settings import REPO, load_settings
@@ -142,18 +141,6 @@ class Writer(threading.Thread):
                     time.sleep(wait)
                 pool.submit(self.one, i, due)
                 i += 1
-
-
-async def drop_topics(bootstrap: str, prefix: str) -> None:
-    """The run's topics (its own and Faust's, all under its prefix) off the shared broker."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        names = [t for t in await admin.list_topics() if t.startswith((f"{prefix}.", f"{prefix}-"))]
-        if names:
-            await admin.delete_topics(names)
-    finally:
-        await admin.close()
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:

@@ -152,6 +152,7 @@ def check_serves(built: Built, bootstrap: str, data_dir: Path, port: int, timeou
     at ``bootstrap``, with topics and a consumer group of its own; check it becomes ready, applies a
     remember and finds it by recall. Returns what it saw; raises on anything else."""
     import httpx
+    from engram.streams.topics import drop_topics
 
     tag = uuid.uuid4().hex[:10]
     tenant = f"image-{tag}"
@@ -216,21 +217,7 @@ def check_serves(built: Built, bootstrap: str, data_dir: Path, port: int, timeou
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
-        asyncio.run(_drop_topics(bootstrap, f"image-{tag}"))
-
-
-async def _drop_topics(bootstrap: str, prefix: str) -> None:
-    """Delete the check's topics (its events and Faust's, all under its prefix) from the shared broker."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        names = [t for t in await admin.list_topics() if t.startswith((f"{prefix}.", f"{prefix}-"))]
-        if names:
-            await admin.delete_topics(names)
-    finally:
-        await admin.close()
+        asyncio.run(drop_topics(bootstrap, f"image-{tag}"))
 
 
 def _tail(path: Path) -> str:

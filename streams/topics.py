@@ -52,6 +52,21 @@ async def ensure_topics(settings: Settings) -> list[str]:
         await admin.close()
 
 
+async def drop_topics(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic under ``prefix`` (its own and its consumer groups' Faust topics); the names
+    deleted. For tests, benches and checks on a long-lived dev broker: one that kept every run's
+    partitions took minutes to restart, then failed."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = [t for t in await admin.list_topics() if t.startswith((f"{prefix}.", f"{prefix}-"))]
+        if names:
+            await admin.delete_topics(names)
+        return names
+    finally:
+        await admin.close()
+
+
 def topic_for(settings: Settings, event: Event) -> str:
     """The topic an event is appended to: capture's (turns, extraction progress, erasures) go on
     the conversations topic, every other on the events topic. The one place that decides it."""
