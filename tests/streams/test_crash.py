@@ -20,7 +20,7 @@ from engram.streams.replay import replay_tenant
 
 from engram.harness import Server, isolated_settings
 from engram.settings import Settings
-from tests.factories import random_stream
+from tests.factories import TenantModel, random_stream
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +71,28 @@ def count(server: Server, tenant: str, **params: str) -> int:
         f"{server.url}/v1/tenants/{tenant}/memories", params={"limit": "1", **params}, timeout=30
     )
     return int(r.json()["count"])
+
+
+def assert_equals_its_replay(
+    server: Server,
+    settings: Settings,
+    tenant: str,
+    model: TenantModel,
+    live: str,
+    replay_dir: Path,
+    handled: int,
+) -> None:
+    """``live``, the tenant's graph as ``server`` exports it, handled each of its ``handled`` events
+    once, holds the model's memories, and equals a replay of the tenant's log from offset zero."""
+    seen = re.search(r'<urn:engram:projection> <https://engram.dev/ns#handled> "(\d+)"', live)
+    assert seen and int(seen.group(1)) == handled, f"{tenant}: handled {seen}"
+    assert count(server, tenant) == len(model.memories), tenant
+    assert count(server, tenant, active="true") == model.active, tenant
+    replayed = asyncio.run(replay_tenant(settings, tenant, replay_dir))
+    from_scratch = export_nquads(replayed)
+    del replayed
+    gc.collect()
+    assert live == from_scratch, f"{tenant}: live graph differs from its replay"
 
 
 # in memory, snapshots every 30 events or 1 s: the kill lands between snapshots, so each tenant
@@ -124,15 +146,9 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
         assert sum(ready["handled"].values()) + applied_at_kill >= len(events), ready
         for tenant, model in models.items():
             live = restarted.http.get(f"{restarted.url}/v1/tenants/{tenant}/graph", timeout=30).text
-            handled = re.search(r'<urn:engram:projection> <https://engram.dev/ns#handled> "(\d+)"', live)
-            assert handled and int(handled.group(1)) == PER_TENANT, f"{tenant}: handled {handled}"
-            assert count(restarted, tenant) == len(model.memories), tenant
-            assert count(restarted, tenant, active="true") == model.active, tenant
-            replayed = asyncio.run(replay_tenant(settings, tenant, tmp_path / "replay" / tenant))
-            from_scratch = export_nquads(replayed)
-            del replayed
-            gc.collect()
-            assert live == from_scratch, f"{tenant}: live graph differs from its replay"
+            assert_equals_its_replay(
+                restarted, settings, tenant, model, live, tmp_path / "replay" / tenant, PER_TENANT
+            )
     finally:
         restarted.stop()
 
