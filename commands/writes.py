@@ -1,78 +1,52 @@
 """Every write: validate, decide as the projection would, append to the log, optionally wait.
 
-One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``decide_proposal``, ``forget``,
-``place_hold``, ``release_hold``, ``observe_kpi``, ``observe_spend``, ``tick_clock``,
-``change_stakeholder``), all through ``submit``. The answers: ``Accepted`` (``applied`` once the
-projection has it), or a ``Refused``: 403 for a change the actor may not make
-(``projections.governance``), 404 for a memory the actor may not see or that does not exist (one
-answer, decided before anything else about it), 409 for a memory id that is taken, an event id
-reused for different content, a forget under a legal hold (or an event the projection rejected
-while the caller waited), 413 for an event the log cannot hold, 422 for an invalid event, 503 if the log is
-unreachable, 504 if ``wait`` times out. A retry of a write that was applied (same event id, same
-content) is answered as the original, not produced again.
+One method per command (``remember``, ``revise``, ``supersede``, ``restore``, ``decide_proposal``,
+``forget``, ``place_hold``, ``release_hold``, ``observe_kpi``, ``observe_spend``, ``tick_clock``,
+``change_stakeholder``), all through ``submit`` (``commands.appending``). The answers:
+``Accepted`` (``applied`` once the projection has it), or a ``Refused``: 403 for a change the
+actor may not make (``projections.governance``), 404 for a memory the actor may not see or that
+does not exist (one answer, decided before anything else about it), 409 for a memory id that is
+taken, an event id reused for different content, a forget under a legal hold (or an event the
+projection rejected while the caller waited), 413 for an event the log cannot hold, 422 for an
+invalid event, 503 if the log is unreachable, 504 if ``wait`` times out. A retry of a write that
+was applied (same event id, same content) is answered as the original, not produced again.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from aiokafka.errors import KafkaError
 from engram.commands.answers import (
     Accepted,
     Attribution,
     Conflicting,
-    Invalid,
-    LogUnavailable,
     NotFound,
-    NotInTime,
-    RecentWrites,
-    Refused,
-    TooLarge,
     refused,
 )
+from engram.commands.appending import Appender
 from engram.projections import governance
 from engram.projections.batch import Overlay
 from engram.projections.conflicts import rivals, rivals_of_stored
 from engram.projections.plan import GraphState, no_facts
-from engram.projections.progress import Progress
 from engram.projections.read import get_memory
 from engram.projections.recognize import normalised
-from engram.projections.stores import TenantStores
-from engram.projections.tenant_graph import AlreadyApplied, Status, TenantGraph
+from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, e, memory_iri
-from engram.projections.validation import PLAN_ERRORS
 from engram.schemas import payloads as ev
 from engram.schemas import vocabulary as v
-from engram.schemas.checks import Conflict, InvalidEvent
-from engram.schemas.events import Event, Position, content_digest
-from engram.streams.embedder import Embedder
-from engram.streams.pipeline import EventTooLarge, Framed, Pipeline
-from engram.streams.producer import EventProducer
-from engram.streams.projector import reindexes
+from engram.schemas.checks import InvalidEvent
+from engram.schemas.events import Event, content_digest
+from engram.streams.pipeline import Framed
 from pyoxigraph import Literal
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
-class Commands:
-    stores: TenantStores
-    producer: EventProducer
-    progress: Progress  # records applied to the graph
-    indexed: Progress  # records whose memories are also searchable
-    embedder: Embedder | None  # embeds a new memory that carries no vector
-    wait_timeout_s: float
-    recent: RecentWrites = field(default_factory=RecentWrites)
-
-    @property
-    def pipeline(self) -> Pipeline:
-        """The way from a write to the bytes the log holds, with this process's keys and embedder."""
-        return Pipeline(self.stores.knowledge, self.stores.keys, self.embedder)
+class Commands(Appender):
+    """One method per command; each frames its event and takes the one path (``Appender``)."""
 
     # -- memories --------------------------------------------------------------------------
     async def remember(
@@ -304,104 +278,6 @@ class Commands:
         accepted = await self.submit(tenant, event_type, body, by, wait=wait)
         return accepted, str(body[field_name])
 
-    # -- the one path ----------------------------------------------------------------------
-    async def current(self, tenant: str) -> TenantGraph | None:
-        """The tenant's graph once it has what this process last appended for it (read-your-writes,
-        at most ``wait_timeout_s``), or None for a tenant with no events yet."""
-        pos = self.recent.get(tenant)
-        if pos is not None and self.in_flight(tenant):
-            await self.progress.wait_for(pos[0], pos[1], self.wait_timeout_s)
-        return self.stores.get(tenant)
-
-    async def searchable(self, tenant: str) -> TenantGraph | None:
-        """``current``, and also searchable: the indexes commit a moment after the graph."""
-        graph = await self.current(tenant)
-        pos = self.recent.get(tenant)
-        if pos is not None and self.indexed.last_offset.get(pos[0], -1) < pos[1]:
-            await self.indexed.wait_for(pos[0], pos[1], self.wait_timeout_s)
-        return graph
-
-    async def submit(
-        self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
-    ) -> Accepted:
-        framed = self.validated(by.envelope(event_type, tenant, payload))
-        return await self.append(framed, wait=wait, teams=by.teams)
-
-    async def append(
-        self, item: Framed | Event, *, wait: bool, teams: frozenset[str] | None = None
-    ) -> Accepted:
-        """Pre-check, append and answer one validated write (``teams``: the token's, if any). An
-        event a command changed after it was framed (a ``replaces`` it chose) is framed again."""
-        framed = item if isinstance(item, Framed) else self._framed(item)
-        event, tenant = framed.event, framed.event.tenant
-        try:
-            await self.decide(event, teams)
-        except AlreadyApplied:
-            graph = self.stores.get(tenant)
-            assert graph is not None
-            return _answer_retry(event, graph)
-        except PLAN_ERRORS as exc:
-            raise refused(exc) from exc
-        try:
-            pos = await self.producer.send(framed)
-        except InvalidEvent as exc:  # checked above; kept so a refusal can never become a 5xx
-            raise Invalid(str(exc)) from exc
-        except KafkaError as exc:
-            log.error("append failed: %s", exc)
-            raise LogUnavailable(  # the id first: a long reason is cut at errors.MAX_TEXT
-                f"event {event.event_id} not confirmed, the event log is unavailable ({exc}); it may "
-                "still be appended: retry with the same Idempotency-Key or event_id, it is applied once"
-            ) from exc
-        self.recent.note(tenant, pos.partition, pos.offset)
-        accepted = Accepted(event.event_id, _memory_id(event), pos.partition, pos.offset, applied=False)
-        if not wait:
-            return accepted
-        await self._wait(event, pos)
-        return Accepted(event.event_id, accepted.memory_id, pos.partition, pos.offset, applied=True)
-
-    async def decide(self, event: Event, teams: frozenset[str] | None = None) -> None:
-        """Decide ``event`` as the projection will, against the tenant's facts now; if it is refused
-        while this process has a write to the tenant still in flight (a revision of a memory just
-        remembered), decide again once that write is applied: a valid write does not wait here
-        (``remember`` and ``restore`` wait in ``current`` first, to see conflicts)."""
-        graph = self.stores.get(event.tenant)
-        try:
-            self.pipeline.precheck(event, graph, teams)
-        except (AlreadyApplied, Conflict):
-            raise
-        except PLAN_ERRORS:
-            if not self.in_flight(event.tenant):
-                raise
-            self.pipeline.precheck(event, await self.current(event.tenant), teams)
-
-    def in_flight(self, tenant: str) -> bool:
-        pos = self.recent.get(tenant)
-        return pos is not None and self.progress.last_offset.get(pos[0], -1) < pos[1]
-
-    def validated(self, envelope: dict[str, Any]) -> Framed:
-        """The write checked, embedded, sealed and encoded once, with the event the projector will
-        read back from its bytes (``streams.pipeline``)."""
-        try:
-            return self.pipeline.write(envelope)
-        except InvalidEvent as exc:
-            raise _invalid(exc) from exc
-
-    def _framed(self, event: Event) -> Framed:
-        try:
-            return self.pipeline.frame(event)
-        except InvalidEvent as exc:
-            raise _invalid(exc) from exc
-
-    async def _wait(self, event: Event, pos: Position) -> None:
-        timeout = self.wait_timeout_s
-        handled = await self.progress.wait_for(pos.partition, pos.offset, timeout)
-        if handled is None:
-            raise NotInTime(f"accepted at {pos.partition}:{pos.offset} but not applied within {timeout}s")
-        if handled.outcome.status is Status.REJECTED:
-            raise Conflicting(f"rejected by the projection: {handled.outcome.reason}")
-        if reindexes(event) and await self.indexed.wait_for(pos.partition, pos.offset, timeout) is None:
-            raise NotInTime(f"applied at {pos.partition}:{pos.offset} but not searchable within {timeout}s")
-
 
 def _state(graph: TenantGraph | None) -> GraphState:
     return Overlay(graph.store) if graph is not None else no_facts()
@@ -416,28 +292,8 @@ def authorise(event: Event, graph: TenantGraph | None, teams: frozenset[str] | N
         raise refused(exc) from exc
 
 
-def _invalid(exc: InvalidEvent) -> Refused:
-    return (TooLarge if isinstance(exc, EventTooLarge) else Invalid)(str(exc))
-
-
 def _event(item: Framed | Event) -> Event:
     return item.event if isinstance(item, Framed) else item
-
-
-def _memory_id(event: Event) -> str | None:
-    return event.payload.memory_id if isinstance(event.payload, ev.MemoryEvent) else None
-
-
-def _answer_retry(event: Event, graph: TenantGraph) -> Accepted:
-    """The answer the original write got: where the log holds it, applied."""
-    pos = graph.applied_position(event.event_id)
-    return Accepted(
-        event.event_id,
-        _memory_id(event),
-        pos.partition if pos else -1,
-        pos.offset if pos else -1,
-        applied=True,
-    )
 
 
 def restates(graph: TenantGraph, memory_id: str, p: ev.MemoryRemembered) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from engram.api.deps import IDEMPOTENCY_NAMESPACE, event_id_for
 from engram.api.limits import RequestLimits
-from engram.commands.writes import RecentWrites
+from engram.commands.answers import RecentWrites
 from engram.projections.knowledge import DEFAULT_RULES_DIR
 from engram.projections.read import typed
 from engram.projections.rules.syntax import load_rules
