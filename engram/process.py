@@ -100,7 +100,7 @@ def compose_projection(settings: Settings, url: str) -> Projection:
         memory=settings.store == "memory",
     )
     objects = open_objects(settings)
-    snapshots = Snapshots(objects, settings.snapshot_interval)
+    snapshots = Snapshots(objects, settings.snapshot_interval, keep=settings.snapshot_keep)
     stores.snapshots = snapshots
     progress, indexed = Progress(), Progress()
     indexer = Indexer(stores, indexed)
