@@ -157,6 +157,12 @@ class Settings(BaseSettings):
         description="Where an open tenant's graph lives: `disk` (a RocksDB store per tenant) or `memory` "
         "(opened from its newest snapshot; the log after it is consumed again after a crash).",
     )
+    session_timeout_s: float = Field(
+        10.0,
+        ge=1.0,
+        description="The projector's consumer-group session timeout: a process killed with kill -9 leaves "
+        "the group, and its tenants move, after this; heartbeats go every third of it, at most 2 s.",
+    )
     snapshot_keep: int = Field(
         3,
         ge=0,
