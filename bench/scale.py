@@ -78,11 +78,16 @@ def wait_members(settings: Settings, n: int, timeout: float = 90) -> dict[str, A
 
 
 def started(settings: list[Settings], tmp: Path) -> list[Server]:
-    servers = []
-    for i, s in enumerate(settings):
-        servers.append(Server(s, tmp / f"{i}.log").start())
-        servers[-1].wait_ready(timeout=180)
-    wait_members(settings[0], len(settings))
+    servers: list[Server] = []
+    try:
+        for i, s in enumerate(settings):
+            servers.append(Server(s, tmp / f"{i}.log").start())
+            servers[-1].wait_ready(timeout=180)
+        wait_members(settings[0], len(settings))
+    except BaseException:  # none left running when one fails to start
+        for server in servers:
+            server.stop()
+        raise
     return servers
 
 
