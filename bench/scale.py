@@ -41,9 +41,10 @@ PARTITIONS = 12
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def settings_pair(tmp: Path) -> tuple[Settings, Settings]:
+def settings_pair(tmp: Path, session_timeout_s: float = 10.0) -> tuple[Settings, Settings]:
     a = isolated_settings(load_settings(), tmp / "a", partitions=PARTITIONS).model_copy(
         update={
+            "session_timeout_s": session_timeout_s,
             "store": "memory",
             "archive_dir": tmp / "objects",
             "keys_dir": tmp / "keys",
@@ -77,11 +78,16 @@ def wait_members(settings: Settings, n: int, timeout: float = 90) -> dict[str, A
 
 
 def started(settings: list[Settings], tmp: Path) -> list[Server]:
-    servers = []
-    for i, s in enumerate(settings):
-        servers.append(Server(s, tmp / f"{i}.log").start())
-        servers[-1].wait_ready(timeout=180)
-    wait_members(settings[0], len(settings))
+    servers: list[Server] = []
+    try:
+        for i, s in enumerate(settings):
+            servers.append(Server(s, tmp / f"{i}.log").start())
+            servers[-1].wait_ready(timeout=180)
+        wait_members(settings[0], len(settings))
+    except BaseException:  # none left running when one fails to start
+        for server in servers:
+            server.stop()
+        raise
     return servers
 
 
@@ -115,10 +121,12 @@ def rate(processes: int, events: list[dict]) -> dict[str, float]:
     return {"events_per_s": len(events) / wall, "events_per_cpu_s": len(events) / cpu, "wall_s": wall}
 
 
-def reads_and_takeover(events: list[dict], tenants: int, n_reads: int, how: str) -> dict[str, Any]:
+def reads_and_takeover(
+    events: list[dict], tenants: int, n_reads: int, how: str, session_timeout_s: float = 10.0
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
-        sa, sb = settings_pair(tmp)
+        sa, sb = settings_pair(tmp, session_timeout_s)
         a, b = started([sa, sb], tmp)
         try:
             produce(sa, events)
@@ -162,14 +170,44 @@ def reads_and_takeover(events: list[dict], tenants: int, n_reads: int, how: str)
             asyncio.run(drop_topics(sa.kafka_bootstrap, sa.topic_prefix))
 
 
+def takeovers(events: list[dict], tenants: int, reps: int, timeouts: str) -> dict[str, Any]:
+    """The takeover alone, side by side: SIGTERM, then kill -9 under each session timeout, in turn,
+    ``reps`` times; min and median seconds of each (and the tenants moved, ~half of them)."""
+    cases = [("stop", 10.0)] + [("kill", float(t)) for t in timeouts.split(",")]
+    seconds: dict[str, list[float]] = {f"{how}_session_{t:g}s": [] for how, t in cases}
+    moved = []
+    for _ in range(reps):
+        for how, t in cases:
+            got = reads_and_takeover(events, tenants, 0, how, t)
+            seconds[f"{how}_session_{t:g}s"].append(got[f"takeover_s_{how}"])
+            moved.append(got["tenants_moved"])
+    return {
+        "events": len(events),
+        "tenants": tenants,
+        "tenants_moved": {"min": min(moved), "max": max(moved)},
+        "takeover_s": {
+            k: {"min": min(v), "median": statistics.median(v), "all": v} for k, v in seconds.items()
+        },
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--events", type=int, default=3000)
     p.add_argument("--tenants", type=int, default=100)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--reads", type=int, default=200)
+    p.add_argument(
+        "--takeover-only",
+        action="store_true",
+        help="only the takeover: SIGTERM and kill -9 for each --session-timeouts, --reps times interleaved",
+    )
+    p.add_argument("--session-timeouts", default="10", help="comma-separated seconds (kill -9 takeover)")
     args = p.parse_args()
     events = workload(args.events, args.tenants)
+    if args.takeover_only:
+        print(json.dumps(takeovers(events, args.tenants, args.reps, args.session_timeouts), indent=2))
+        return
     runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
     for _ in range(args.reps):  # alternating, so the machine's load falls on both alike
         for processes in (1, 2):

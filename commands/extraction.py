@@ -146,6 +146,9 @@ class ExtractionWorkflow:
     settings: ExtractionSettings
     read_turns: ReadTurns = read_sealed_turns  # opens the store's sealed turns with their keys
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # whether this process extracts the tenant's conversations: in a group, only its owner does
+    # (every process stores every turn), so a conversation is extracted once wherever it came in
+    owns: Callable[[str], bool] = lambda tenant: True
     counters: Counters = field(default_factory=Counters)
     _running: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     _again: set[tuple[str, str]] = field(default_factory=set)
@@ -186,7 +189,10 @@ class ExtractionWorkflow:
                 log.exception("extraction sweep failed")
 
     def start(self, info: Conversation) -> bool:
-        """Extract ``info``'s tail in a task, unless one is running for it (then once more after)."""
+        """Extract ``info``'s tail in a task, unless one is running for it (then once more after)
+        or another process owns its tenant (then that one does)."""
+        if not self.owns(info.tenant):
+            return False
         key = (info.tenant, info.conversation_id)
         if key in self._running:
             self._again.add(key)

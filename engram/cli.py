@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "worker",
-        help="run the projector alone (no API), one of the consumer group's workers, until SIGTERM",
+        help="one of the consumer group's workers, until SIGTERM: the projector and capture of its "
+        "tenants; with ENGRAM_ADVERTISED_URL it also serves the API there, else no HTTP",
     )
 
     pr = sub.add_parser("produce", help="append events from a JSON-lines file ('-' for stdin)")

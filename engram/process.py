@@ -5,10 +5,13 @@ and ``engram worker`` (the projector alone, for scale-out: more workers in one c
 Both compose it here, so a worker is the server's projector without FastAPI, and the API layer
 receives its runtime instead of building it.
 
-Capture (conversation turns to memories, ``commands.extraction``) runs in ``engram serve`` only:
-it writes through the command layer, which a worker does not have; more workers do not extract.
-``engram serve`` also runs the conversations agent (``streams.conversations``: turns into the
-conversation store, for reads and capture); a worker does not (it projects the events topic only).
+Both run capture (conversation turns to memories, ``commands.extraction``) for the tenants they
+own, and the conversations agent it reads from (``streams.conversations``: every turn into the
+conversation store): a conversation is extracted once, by its tenant's owner, whichever process
+its turns came through. A worker with ``ENGRAM_ADVERTISED_URL`` serves the API like ``engram
+serve`` (the group routes its tenants' requests, writes included, to it); one without it serves
+no HTTP and starts none of the parts only requests use (``as_of`` replays, the SPARQL sandbox, the
+query embedding process).
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def compose_projection(settings: Settings, url: str) -> Projection:
         memory=settings.store == "memory",
     )
     objects = open_objects(settings)
-    snapshots = Snapshots(objects, settings.snapshot_interval)
+    snapshots = Snapshots(objects, settings.snapshot_interval, keep=settings.snapshot_keep)
     stores.snapshots = snapshots
     progress, indexed = Progress(), Progress()
     indexer = Indexer(stores, indexed)
@@ -137,6 +140,7 @@ async def capturing(
         conversation_log,
         extractor,
         ExtractionSettings.of(settings),
+        owns=runtime.membership.holds if runtime.membership is not None else lambda tenant: True,
     )
     await conversation_log.start()
     runtime.turn_listeners.append(workflow.on_applied)
@@ -158,11 +162,13 @@ async def capturing(
 
 
 @asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Runtime]:
-    """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, as_of
-    replays, the SPARQL sandbox and (when enabled) the archiver; stopped after."""
+async def running(settings: Settings, *, url: str | None = None, api: bool = True) -> AsyncIterator[Runtime]:
+    """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, capture,
+    as_of replays, the SPARQL sandbox and (when enabled) the archiver; stopped after. ``url``: where
+    the group sends this process its tenants' requests (default ``settings.api_url()``); ``api``
+    False (a worker that serves no HTTP): the parts only requests use are not started."""
     await ensure_topics(settings)
-    parts = compose_projection(settings, settings.api_url())
+    parts = compose_projection(settings, url or settings.api_url())
     embedder, stores = parts.embedder, parts.stores
     producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)
     runtime = Runtime(
@@ -180,7 +186,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         commands=Commands(stores, producer, parts.progress, parts.indexed, embedder, settings.wait_timeout_s),
         # a hashing embedder costs microseconds: a process to overlap it with would cost more
         query_worker=EmbeddingWorker(embedder, settings.embedder)
-        if settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
+        if api and settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)
         else None,
     )
     conversation_store = ConversationStore(settings.data_dir / "conversations", stores.keys)
@@ -196,15 +202,16 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     conversations_app = create_conversations_app(
         settings, conversation_store, stores.keys, on_applied=on_applied, progress=stored_turns
     )
-    runtime.past = AsOfProjections(
-        settings,
-        parts.knowledge,
-        (embedder.name, embedder.dim),
-        parts.snapshots,
-        embed=memory_embedding(embedder),
-    )
-    stores.erasure_listeners.append(runtime.past.forget_tenant)
-    runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
+    if api:
+        runtime.past = AsOfProjections(
+            settings,
+            parts.knowledge,
+            (embedder.name, embedder.dim),
+            parts.snapshots,
+            embed=memory_embedding(embedder),
+        )
+        stores.erasure_listeners.append(runtime.past.forget_tenant)
+        runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
     embedder.embed(["warm up"])  # load the model before the first request needs it
     await runtime.producer.start()
     await runtime.lag.start()
@@ -230,36 +237,25 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         await runtime.producer.stop()
         if runtime.query_worker is not None:
             runtime.query_worker.close()
-        await runtime.sparql.close()
+        if runtime.sparql is not None:
+            await runtime.sparql.close()
         stores.close()
         conversation_store.close()
-        runtime.past.close()
-
-
-@asynccontextmanager
-async def projecting(settings: Settings) -> AsyncIterator[Projection]:
-    """The projector alone, started: a worker's whole job (no API, no producer of writes)."""
-    await ensure_topics(settings)
-    # a worker serves no HTTP: a request routed to it could not be answered, so it says so
-    url = settings.advertised_url or f"worker://{socket.gethostname()}/{os.getpid()}"
-    parts = compose_projection(settings, url)
-    await parts.start()
-    log.info("engram worker projecting: topic %s, data %s", settings.events_topic, settings.data_dir)
-    try:
-        yield parts
-    finally:
-        await parts.stop()
-        parts.stores.close()
+        if runtime.past is not None:
+            runtime.past.close()
 
 
 async def work_until_signalled(settings: Settings) -> None:
-    """``engram worker``: project until SIGTERM or SIGINT, then stop cleanly (stores flushed)."""
+    """``engram worker`` without a URL: project (and capture) until SIGTERM or SIGINT, then stop
+    cleanly (stores flushed). It serves no HTTP: it advertises a ``worker://`` URL, so a request
+    for one of its tenants is answered 503 with the reason by the process it reached."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with projecting(settings):
+        async with running(settings, url=f"worker://{socket.gethostname()}/{os.getpid()}", api=False):
+            log.info("engram worker projecting: topic %s, data %s", settings.events_topic, settings.data_dir)
             await stop.wait()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -157,6 +157,20 @@ class Settings(BaseSettings):
         description="Where an open tenant's graph lives: `disk` (a RocksDB store per tenant) or `memory` "
         "(opened from its newest snapshot; the log after it is consumed again after a crash).",
     )
+    session_timeout_s: float = Field(
+        10.0,
+        ge=6.0,
+        description="The projector's consumer-group session timeout: a process killed with kill -9 leaves "
+        "the group, and its tenants move, after this; heartbeats go every third of it, at most 2 s. At "
+        "least 6: brokers refuse less (group.min.session.timeout.ms).",
+    )
+    snapshot_keep: int = Field(
+        3,
+        ge=0,
+        description="Snapshots kept per tenant: the newest this many, the first, and of the others one per "
+        "window of a quarter to a half of their distance (in log records) from the newest, pruned by the "
+        "process that takes one: an as_of d records back starts within d records; 0: keep every snapshot.",
+    )
     snapshot_after_s: float = Field(
         5.0,
         gt=0,

@@ -31,8 +31,8 @@ def faust_app(settings: Settings, group: str, datadir: str, *, url: str | None =
         broker_commit_every=200,
         broker_commit_interval=1.0,
         # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(2.0, settings.session_timeout_s / 3),
         # records fetched but not yet taken, all partitions in one queue: a fresh write waits behind at
         # most these (Faust's 4096 held it behind a whole backlog); the rate is unchanged (bench/throughput)
         stream_buffer_maxsize=500,

@@ -224,6 +224,13 @@ class Membership:
             return True
         return partition_for(tenant, self.partitions) in self.owned
 
+    def holds(self, tenant: str) -> bool:
+        """Whether the tenant is this process's now: assigned, not moving (never before the first
+        assignment), for the work only its owner may do (capture)."""
+        if self.moving or not self.partitions:
+            return False
+        return partition_for(tenant, self.partitions) in self.owned
+
     def caught_up(self, partition: int) -> bool:
         if partition not in self._targets:
             return True

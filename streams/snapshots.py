@@ -75,13 +75,37 @@ def _descriptor(tenant: str, offset: int) -> str:
     return f"{_index(tenant)}{offset:020d}.json"
 
 
+def retained(offsets: list[int], keep: int) -> list[int]:
+    """Which of a tenant's snapshots (their offsets, ascending) a retention of ``keep`` keeps: the
+    newest ``keep`` (a tenant opens from the newest; the one before covers a take cut short by a
+    rebalance), and of the older ones the first in each aligned window of ``2**g`` offsets, ``g``
+    growing with the distance d from the newest (a window is d/4 to d/2 wide), so an ``as_of`` d
+    records back starts within d records of its point (2/3 d measured), from O(log) snapshots instead of
+    every one ever taken (in memory mode one every few seconds of writes). The windows nest as a
+    snapshot ages, so pruning at every take keeps what pruning once would; the first snapshot stays.
+    ``keep`` 0 keeps all.
+
+    >>> retained(list(range(0, 101, 10)), 2)
+    [0, 40, 50, 70, 80, 90, 100]
+    """
+    if keep <= 0 or len(offsets) <= keep:
+        return list(offsets)
+    newest = offsets[-1]
+    first_in: dict[tuple[int, int], int] = {}  # (window size, window): its first snapshot
+    for offset in offsets[:-keep]:
+        g = max((newest - offset).bit_length() - 2, 0)
+        first_in.setdefault((g, offset >> g), offset)
+    return sorted({*offsets[-keep:], *first_in.values()})
+
+
 class Snapshots:
     """Takes, lists and restores one deployment's tenant snapshots; ``every`` is how many handled
-    events apart the projector takes them (0: only on demand)."""
+    events apart the projector takes them (0: only on demand); ``keep`` is the retention each take
+    applies to the tenant's older snapshots (``retained``; 0: keep all)."""
 
-    def __init__(self, objects: Objects, every: int = 0, *, links: bool | None = None) -> None:
+    def __init__(self, objects: Objects, every: int = 0, *, links: bool | None = None, keep: int = 0) -> None:
         """``links``: snapshots as directories of hard links (default: when the store is local)."""
-        self.objects, self.every = objects, every
+        self.objects, self.every, self.keep = objects, every, keep
         self.links = isinstance(objects, LocalObjects) if links is None else links
 
     def take(self, tenant: str, graph: TenantGraph) -> Snapshot:
@@ -113,6 +137,8 @@ class Snapshots:
         if graph.in_memory:  # the events up to the snapshot's are durable without the log
             graph.saved = Position(snap.partition, snap.offset, snap.timestamp_ms)
         metrics.snapshot_taken()
+        if self.keep:
+            self.prune(tenant)
         log.info(
             "snapshot %s at %d:%d, %d bytes (%s)",
             tenant,
@@ -219,6 +245,21 @@ class Snapshots:
         words) but the one at offset ``keep``; returns how many. The descriptor goes first, so a
         purge cut short leaves data no one will use, never a descriptor without its data."""
         offsets = [o for o in self._offsets(tenant) if o != keep]
+        self._delete(tenant, offsets)
+        return len(offsets)
+
+    def prune(self, tenant: str) -> int:
+        """Delete the tenant's snapshots that the retention (``keep``) does not keep; how many.
+        Run by whoever takes one, after it is complete: the newest is never deleted."""
+        offsets = self._offsets(tenant)
+        kept = set(retained(offsets, self.keep))
+        dropped = [o for o in offsets if o not in kept]
+        self._delete(tenant, dropped)
+        return len(dropped)
+
+    def _delete(self, tenant: str, offsets: list[int]) -> None:
+        """The descriptor first: a delete cut short leaves data no one uses, never a descriptor
+        without its data."""
         for offset in offsets:
             key = f"{PREFIX}/{tenant}/{offset:020d}"
             self.objects.delete(_descriptor(tenant, offset))
@@ -226,7 +267,6 @@ class Snapshots:
             self.objects.delete(f"{key}.nq.zst")
             if isinstance(self.objects, LocalObjects):
                 shutil.rmtree(self.objects.root.joinpath(*f"{key}.d".split("/")), ignore_errors=True)
-        return len(offsets)
 
     def restore(self, snap: Snapshot, target: Path) -> None:
         """Unpack ``snap`` into ``target`` (a store directory that must not exist yet)."""

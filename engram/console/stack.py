@@ -94,7 +94,11 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def worker(settings: Settings, args: argparse.Namespace) -> int:
-    """The projector alone, in its own process: neither FastAPI nor the write path is imported."""
+    """One of the group's workers. With ``ENGRAM_ADVERTISED_URL`` it serves the API there as
+    ``engram serve`` does (the group routes its tenants' requests, writes too, to it); without, it
+    projects and captures its tenants and serves no HTTP: FastAPI is never imported."""
+    if settings.advertised_url:
+        return serve(settings, argparse.Namespace(demo=False))
     from engram.process import work_until_signalled
 
     print(settings.data_dir_notice(), file=sys.stderr, flush=True)

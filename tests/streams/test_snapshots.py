@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from engram.schemas.events import Position
 from engram.streams import codec, projector
 from engram.streams.objects import LocalObjects, S3Objects
 from engram.streams.replay import replay_tenant
-from engram.streams.snapshots import Snapshots
+from engram.streams.snapshots import Snapshots, retained
 from engram.streams.topics import partition_for
 
 from engram.settings import Settings
@@ -154,3 +155,45 @@ def test_a_replay_starts_at_the_nearest_snapshot_and_equals_one_from_zero(
     assert starts[0] == 25  # the replay began after the snapshot, not at zero
     early, starts = replay(tmp_path / "before", snapshots=snaps, until_offset=20)
     assert early == replay(tmp_path / "before-zero", until_offset=20)[0] and starts[0] == 0
+
+
+def test_the_retention_applied_at_every_take_keeps_few_and_covers_every_point() -> None:
+    """Pruned at each take, as the projector does: the newest ``keep`` and the first stay, O(log)
+    in all, and an as_of at any point since the first replays at most its age (plus the gap between
+    takes) from a snapshot: measured, at most 2/3 of it."""
+    rng = random.Random(28)
+    for _ in range(40):
+        step, keep = rng.randint(1, 50), rng.randint(1, 4)  # a snapshot every `step` records
+        taken = list(range(rng.randint(0, 1000), rng.randint(1000, 30_000), step))
+        kept: list[int] = []
+        for offset in taken:
+            kept = retained([*kept, offset], keep)
+        assert kept[-keep:] == taken[-keep:] and kept[0] == taken[0]
+        assert len(kept) <= keep + 2 * (taken[-1] - taken[0]).bit_length()
+        newest = taken[-1]
+        for point in range(taken[0], newest + 1, 13):
+            below = max(k for k in kept if k <= point)
+            assert point - below <= newest - point + step, (point, below, kept)
+    assert retained([5, 6, 7], 0) == [5, 6, 7] == retained([5, 6, 7], 3)
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["directory", "tar"])
+def test_taking_a_snapshot_prunes_the_older_ones(tenant: Tenant, tmp_path: Path, links: bool) -> None:
+    """Every take applies the retention: a few snapshots stay, their data and descriptors
+    alike, the others' both gone (of 24: 9); the newest still restores; 0 keeps them all."""
+    objects = LocalObjects(tmp_path / "objects")
+    snaps, keep_all = Snapshots(objects, links=links, keep=2), Snapshots(objects, links=links)
+    for i in range(24):
+        tenant.apply("MemoryRemembered", remembered(f"m{i}"))
+        snaps.take("acme", tenant.graph)
+        keep_all.take("other", tenant.graph)
+    kept = [s.offset for s in snaps.list("acme")]
+    assert kept == [0, 8, 12, 16, 18, 20, 21, 22, 23]
+    stored = {p.name for p in (objects.root / "snapshots" / "acme").iterdir() if not p.name.startswith(".")}
+    assert stored == {f"{o:020d}.{'d' if links else 'tar'}" for o in kept} | {"index"}
+    assert len(list((objects.root / "snapshots" / "acme" / "index").iterdir())) == len(kept)
+    assert len(keep_all.list("other")) == 24
+    snaps.restore(snaps.newest("acme"), tmp_path / "restored")  # type: ignore[arg-type]
+    assert export_nquads(TenantGraph(tmp_path / "restored", tenant.graph.knowledge)) == export_nquads(
+        tenant.graph
+    )
