@@ -4,7 +4,8 @@ real server on the local broker: one server and one browser for the module, a te
 Flows: sign in (a bad token refused with the reason; the cookie HttpOnly and SameSite=Strict), read
 this turn's context and open a status's derivation tree, create a BudgetConstraintMemory through the
 form generated from the shapes and watch its status flip as spend is posted, supersede and restore,
-move the as-of slider, forget with a reason, accept a proposal, a refusal shown inline with the
+move the as-of slider, forget with a reason, accept a proposal, a legal hold that stops a forget,
+resolve a conflict by policy, onboard a fact, a refusal shown inline with the
 API's words, a form without the session's CSRF token refused, and a user's token that sees only
 what it may (no audit, no forget, not another user's memory). Every page is screenshotted to
 tests/artifacts/ and checked for unlabelled controls with Chromium's own accessibility tree.
@@ -345,4 +346,37 @@ def test_every_other_page_renders_for_an_operator(srv: Server, browser: Any) -> 
         assert page.locator("h1").inner_text() == heading
         shot(page, name)
     assert "meta-cap" in page.locator("tbody").inner_text()  # the audit page's one event
+    page.context.close()
+
+
+def test_a_legal_hold_stops_a_forget_conflicts_resolve_by_policy_and_onboarding(
+    srv: Server, browser: Any
+) -> None:
+    t = fresh()
+    write(srv, t, "/memories", memory("Tone", memory_id="tone-old", content="Formal."))
+    write(srv, t, "/memories", memory("Tone", memory_id="tone-new", content="Warm.", on_conflict="keep_both"))
+    page = signed_in(srv, browser, t)
+    page.goto("/console/memories/tone-old")
+    assert (
+        "tone-new" in page.locator("#statuses ~ p, section p").filter(has_text="Conflicts with").inner_text()
+    )
+    page.get_by_label("Reason for the legal hold").fill("case 7")
+    page.get_by_role("button", name="Place a legal hold").click()
+    page.wait_for_url("**/console/memories/tone-old")
+    page.get_by_label("Reason for forgetting").fill("asked to")
+    page.get_by_role("button", name="Forget").click()
+    assert "legal hold" in page.get_by_role("alert").inner_text()  # the API's 409, inline
+    page.get_by_label("Resolve its conflicts by").select_option("prefer_newer")
+    page.get_by_role("button", name="Resolve").click()
+    page.wait_for_url("**/console/memories/tone-old")
+    assert "inactive" in page.locator("h1").inner_text()
+    assert "tone-new" in page.locator("#chain ~ p").first.inner_text()
+    page.goto("/console/onboarding")
+    assert "Missing: objective, fact, preference." in page.locator("main").inner_text()
+    form = page.locator("#onboard")
+    form.locator('input[name="fact_label"]').fill("Markets")
+    form.locator('input[name="fact_content"]').fill("Outdoor gear in the US and Canada.")
+    form.get_by_role("button", name="Onboard").click()
+    page.wait_for_url("**/console/onboarding")
+    assert "Missing: objective, preference." in page.locator("main").inner_text()
     page.context.close()
