@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from engram.api import errors
 from engram.api.auth import Verifier
 from engram.api.bodies import JsonBodies, body_only_if_taken
+from engram.api.console import mount as mount_console
 from engram.api.deps import known_query_only
 from engram.api.limits import AllowedHosts, Charges, RateLimits, RequestLimits
 from engram.api.mcp import http as mcp_http
@@ -78,6 +79,7 @@ def create_app(settings: Settings, running: Running) -> FastAPI:
     for router in (module.router for module in routers):
         app.include_router(router)
     mcp = mcp_http.mount(app)  # MCP over streamable HTTP at /mcp: the tools call the routes above
+    mount_console(app)  # the operator console at /console: its pages call the routes above (issue 29)
     errors.install(app)
     # Outermost last: the Host is checked first, then the body's size and time, then the
     # tenant's owner (forwarded there), then what the request costs (its JSON reading included).

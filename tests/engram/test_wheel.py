@@ -29,6 +29,8 @@ DATA = (
     "schemas/avro/history/*.avsc",  # every released Envelope: old records stay readable
     "engram/demo/*.jsonl",
     "streams/kafka/*",
+    "api/console/templates/*",  # the console's pages and assets: no CDN, no build at run time
+    "api/console/static/*",
 )
 
 

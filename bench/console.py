@@ -1,0 +1,131 @@
+"""The console's context page on a large tenant: bytes transferred on a first load and time to
+interactive, in a real headless Chromium (the system's, through Playwright).
+
+For each size in ``--sizes``: one `engram serve` (real broker, its own topics, the hashing
+embedder) holding the demo tenant and ``size`` more company memories, appended by `engram produce
+--no-embed` (``bench/agent_turn.py``'s tenant). Then ``--loads`` first loads of the context page
+for a question (a new browser context each time: empty cache, the session cookie set), and of the
+memories page, each: bytes transferred (every response's headers and body, as Chromium counts
+them), the navigation's ``domInteractive`` and ``loadEventEnd``, and the wall clock until the
+page's script has run (``data-ready``), min and median. Targets: at most 300 KB and 1 s. Prints
+one JSON object; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engram.api.auth import mint
+from engram.streams import kafka_local
+from engram.streams.topics import ensure_topics
+from playwright.sync_api import sync_playwright
+
+from bench.agent_turn import TENANT, USER, build
+from engram.harness import Server, isolated_settings
+from engram.settings import load_settings
+
+PAGES = {"context": "/console/context?q=how+much+can+we+spend+on+meta", "memories": "/console/memories"}
+TARGETS = {"bytes": 300_000, "interactive_ms": 1000.0}
+
+
+def say(msg: str) -> None:
+    print(f"[console] {msg}", file=sys.stderr, flush=True)
+
+
+def load(browser: Any, url: str, token: str, path: str) -> dict[str, float]:
+    """One first load of ``path``: a fresh context (no cache), signed in by its cookie."""
+    context = browser.new_context(base_url=url)
+    context.add_cookies([{"name": "engram_console", "value": token, "url": url + "/console"}])
+    page = context.new_page()
+    sizes: list[int] = []
+
+    def finished(request: Any) -> None:
+        s = request.sizes()
+        sizes.append(s["responseBodySize"] + s["responseHeadersSize"])
+
+    page.on("requestfinished", finished)
+    started = time.perf_counter()
+    response = page.goto(path, wait_until="load")
+    page.wait_for_function("document.documentElement.dataset.ready === '1'")
+    wall = (time.perf_counter() - started) * 1000
+    assert response is not None and response.status == 200, (path, response and response.status)
+    nav = page.evaluate("JSON.parse(JSON.stringify(performance.getEntriesByType('navigation')[0]))")
+    page.wait_for_load_state("networkidle")
+    context.close()
+    return {
+        "bytes": float(sum(sizes)),
+        "requests": float(len(sizes)),
+        "dom_interactive_ms": round(nav["domInteractive"], 1),
+        "load_event_end_ms": round(nav["loadEventEnd"], 1),
+        "interactive_ms": round(wall, 1),
+    }
+
+
+def summary(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {
+        k: {"min": min(r[k] for r in runs), "median": statistics.median(r[k] for r in runs)} for k in runs[0]
+    }
+
+
+def run_size(base: Any, n: int, loads: int, chromium: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = isolated_settings(base, Path(tmp) / "data", partitions=1)
+        asyncio.run(ensure_topics(settings))
+        os.environ["ENGRAM_EMBEDDER"] = "hashing"
+        server = Server(settings, Path(tmp) / "server.log").start()
+        try:
+            server.wait_ready()
+            say(f"{n} memories: building")
+            built = build(server, Path(tmp), n)
+            say(f"{n} memories: built {built}; {loads} first loads per page, interleaved")
+            token = mint(settings, TENANT, role="operator", user=USER)
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in PAGES}
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                load(browser, server.url, token, PAGES["context"])  # warm the server, not the browser
+                for _ in range(loads):
+                    for name, path in PAGES.items():
+                        runs[name].append(load(browser, server.url, token, path))
+                browser.close()
+        finally:
+            server.stop()
+    return {"memories": n, "build": built, "loads": loads, "pages": {k: summary(v) for k, v in runs.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,100000", help="memories per run, comma-separated")
+    ap.add_argument("--loads", type=int, default=3, help="first loads per page and size")
+    args = ap.parse_args()
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        print("no system chromium: apt-get install chromium", file=sys.stderr)
+        return 2
+    base = load_settings()
+    kafka_local.start(base)
+    runs = [run_size(base, int(n), args.loads, chromium) for n in args.sizes.split(",")]
+    largest = runs[-1]["pages"]["context"]
+    result = {
+        "bench": "console",
+        "runs": runs,
+        "targets": TARGETS,
+        "largest": runs[-1]["memories"],
+        "context_bytes": largest["bytes"]["median"],
+        "context_interactive_ms": largest["interactive_ms"]["median"],
+    }
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

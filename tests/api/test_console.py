@@ -1,0 +1,382 @@
+"""The operator console in a real headless Chromium (Playwright, the system's chromium) against a
+real server on the local broker: one server and one browser for the module, a tenant per test.
+
+Flows: sign in (a bad token refused with the reason; the cookie HttpOnly and SameSite=Strict), read
+this turn's context and open a status's derivation tree, create a BudgetConstraintMemory through the
+form generated from the shapes and watch its status flip as spend is posted, supersede and restore,
+move the as-of slider, forget with a reason, accept a proposal, a legal hold that stops a forget,
+resolve a conflict by policy, onboard a fact, a refusal shown inline with the
+API's words, a form without the session's CSRF token refused, and a user's token that sees only
+what it may (no audit, no forget, not another user's memory). Every page is screenshotted to
+tests/artifacts/ and checked for unlabelled controls with Chromium's own accessibility tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from engram.api.auth import mint
+from engram.streams.topics import ensure_topics
+
+from engram.harness import Server, isolated_settings
+from engram.settings import REPO, Settings
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (dev extras)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None:  # .ci/run installs it (apt-get install chromium)
+    pytest.skip("no system chromium (apt-get install chromium)", allow_module_level=True)
+
+pytestmark = pytest.mark.integration
+ARTIFACTS = REPO / "tests" / "artifacts"
+# roles whose nodes must have an accessible name (Chromium's computation, as a screen reader gets it)
+NAMED_ROLES = {
+    "textbox", "searchbox", "combobox", "listbox", "slider", "spinbutton", "button", "checkbox",
+    "link", "radio", "img",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("console")
+    settings = isolated_settings(broker, root / "data")
+    asyncio.run(ensure_topics(settings))
+    server = Server(settings, root / "server.log").start()
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def fresh() -> str:
+    return f"con-{uuid.uuid4().hex[:10]}"
+
+
+def write(srv: Server, t: str, path: str, body: dict[str, Any], who: dict[str, Any] | None = None) -> Any:
+    headers = srv.bearer(t, **who) if who else {}
+    r = srv.http.post(f"{srv.url}/v1/tenants/{t}{path}", params={"wait": "true"}, json=body, headers=headers)
+    assert r.status_code == 202, r.text
+    return r.json()
+
+
+def memory(label: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "source": "operator", "label": label, "content": f"{label}, said plainly.", "kind": "fact",
+        "importance": 5, **extra,
+    }  # fmt: skip
+
+
+CAP = memory(
+    "Meta monthly cap", kind="objective", memory_id="meta-cap", memory_class="BudgetConstraintMemory",
+    properties={"platform": "meta", "amount": 40000, "currency": "USD", "period": "month"},
+)  # fmt: skip
+
+
+def signed_in(srv: Server, browser: Any, t: str, role: str = "operator", user: str = "dana") -> Any:
+    """A browser context signed in to the console as ``user`` of ``t`` through the sign-in page."""
+    context = browser.new_context(base_url=srv.url)
+    page = context.new_page()
+    page.goto("/console/")
+    assert page.url.endswith("/console/signin")
+    page.get_by_label("Bearer token").fill(mint(srv.settings, t, role=role, user=user))
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console/context")
+    return page
+
+
+def shot(page: Any, name: str) -> None:
+    """A screenshot for people, and the accessibility check for every page: each control has a name."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
+    cdp = page.context.new_cdp_session(page)
+    nodes = cdp.send("Accessibility.getFullAXTree")["nodes"]
+    cdp.detach()
+    unnamed = [
+        n.get("role", {}).get("value")
+        for n in nodes
+        if not n.get("ignored")
+        and n.get("role", {}).get("value") in NAMED_ROLES
+        and not str(n.get("name", {}).get("value", "")).strip()
+    ]
+    assert unnamed == [], f"{name}: controls without an accessible name: {unnamed}"
+    assert page.evaluate("document.documentElement.lang") == "en"
+    assert page.locator("h1").count() == 1, f"{name}: one h1 per page"
+
+
+def test_sign_in_refuses_a_bad_token_and_keeps_a_good_one_out_of_scripts(srv: Server, browser: Any) -> None:
+    t = fresh()
+    context = browser.new_context(base_url=srv.url)
+    page = context.new_page()
+    page.goto("/console/memories")
+    assert page.url.endswith("/console/signin")
+    shot(page, "signin")
+    page.get_by_label("Bearer token").fill("not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    assert "not signed in: not a valid token" in page.get_by_role("alert").inner_text()
+    page.get_by_label("Bearer token").fill(mint(srv.settings, t, role="operator", user="dana"))
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console/context")
+    (cookie,) = [c for c in context.cookies() if c["name"] == "engram_console"]
+    assert (cookie["httpOnly"], cookie["sameSite"], cookie["path"]) == (True, "Strict", "/console")
+    assert page.evaluate("document.cookie") == ""  # no script reads the token
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/console/signin")
+    page.goto("/console/context")
+    assert page.url.endswith("/console/signin")
+    context.close()
+
+
+def test_the_context_shows_the_bundle_and_a_status_opens_into_its_derivation(
+    srv: Server, browser: Any
+) -> None:
+    t = fresh()
+    write(srv, t, "/memories", CAP)
+    write(
+        srv,
+        t,
+        "/spend",
+        {"source": "pipeline", "platform": "meta", "amount": 34000, "currency": "USD", "period": "2026-11"},
+    )
+    page = signed_in(srv, browser, t)
+    page.get_by_label("Question the agent is asked").fill("how much can we spend on meta?")
+    page.get_by_role("button", name="Build the context").click()
+    item = page.locator("li.item", has_text="Meta monthly cap")
+    assert "budget: near_limit" in item.inner_text()
+    item.locator("summary").click()
+    tree = item.locator(".tree")
+    tree.wait_for()
+    assert "near_limit: spend 34,000 of cap 40,000 = 85% (threshold 85%)" in tree.inner_text()
+    assert "budget.dlog" in tree.inner_text()
+    shot(page, "context")
+    page.context.close()
+
+
+def test_a_budget_cap_made_in_the_generated_form_flips_status_as_spend_is_posted(
+    srv: Server, browser: Any
+) -> None:
+    t = fresh()
+    page = signed_in(srv, browser, t)
+    page.goto("/console/memories/new")
+    # the class's own form, generated from its shapes: the page reloads with its fields
+    page.get_by_label("Class").select_option("BudgetConstraintMemory")
+    page.wait_for_url("**class=BudgetConstraintMemory")
+    for name in ("platform (required)", "amount (required)", "currency (required)", "period"):
+        assert page.get_by_label(name).count() == 1, name
+    page.get_by_label("Label").fill("TikTok monthly cap")
+    page.get_by_label("Content").fill("Never spend more than $1,000 a month on TikTok.")
+    page.get_by_label("Kind").select_option("objective")
+    page.get_by_label("Importance").select_option("5")
+    page.get_by_label("platform (required)").fill("tiktok")
+    page.get_by_label("amount (required)").fill("1000")
+    page.get_by_label("currency (required)").fill("USD")
+    page.get_by_label("period", exact=False).select_option("month")
+    shot(page, "new")
+    page.get_by_role("button", name="Remember").click()
+    page.wait_for_url("**/console/memories/*")
+    assert page.locator("h1").inner_text().startswith("TikTok monthly cap")
+    memory_id = page.url.rsplit("/", 1)[1]
+
+    def post_spend(amount: str) -> None:
+        page.goto("/console/live")
+        form = page.locator("#spend")
+        form.get_by_label("Platform").fill("tiktok")
+        form.get_by_label("Amount").fill(amount)
+        form.get_by_label("Currency").fill("USD")
+        form.get_by_label("Period").fill("2026-11")
+        form.get_by_role("button", name="Post spend").click()
+        page.wait_for_url("**/console/live")
+
+    post_spend("500")
+    assert page.locator(f'[data-cap="{memory_id}"]').inner_text() == "within_budget"
+    post_spend("1200")  # a correction of the period
+    assert page.locator(f'[data-cap="{memory_id}"]').inner_text() == "over_budget"
+    assert page.locator("svg.chart").count() >= 1
+    shot(page, "live")
+    page.goto(f"/console/memories/{memory_id}")
+    assert "budgetStatus: over_budget" in page.locator("#status-list").inner_text()
+    page.context.close()
+
+
+def test_supersede_restore_the_as_of_slider_and_forget(srv: Server, browser: Any) -> None:
+    t = fresh()
+    write(srv, t, "/memories", memory("Markets", memory_id="markets"))
+    write(srv, t, "/memories", memory("Markets 2027", memory_id="markets-2027"))
+    page = signed_in(srv, browser, t)
+    page.goto("/console/memories/markets")
+    page.get_by_label("Superseded by (memory id)").fill("no-such-memory")
+    page.get_by_role("button", name="Supersede").click()
+    assert "memory no-such-memory not found" in page.get_by_role("alert").inner_text()  # the API's words
+    page.get_by_label("Superseded by (memory id)").fill("markets-2027")
+    page.get_by_role("button", name="Supersede").click()
+    page.wait_for_url("**/console/memories/markets")
+    assert "inactive" in page.locator("h1").inner_text()
+    assert "markets-2027" in page.locator("#chain ~ p").first.inner_text()
+    page.get_by_role("button", name="Restore").click()
+    page.wait_for_url("**/console/memories/markets")
+    assert page.locator("h1 .tag").first.inner_text() == "active"
+    timeline = page.locator("ol.timeline li")
+    assert [timeline.nth(i).locator("strong").inner_text() for i in range(3)] == [
+        "MemoryRemembered", "MemorySuperseded", "MemoryRestored",
+    ]  # fmt: skip
+    slider = page.get_by_label("After event 3 of 3")
+    slider.focus()
+    slider.press("ArrowLeft")  # back one event: the memory as it was once superseded
+    page.wait_for_url("**at=1")
+    then = page.locator("#then")
+    assert "inactive" in then.inner_text() and "markets-2027" in then.inner_text()
+    page.get_by_label("After event 2 of 3").press("ArrowLeft")
+    page.wait_for_url("**at=0")
+    assert ", active" in page.locator("#then").inner_text()
+    shot(page, "memory")
+    page.get_by_label("Reason for forgetting").fill("customer asked, ticket 12")
+    page.get_by_role("button", name="Forget").click()
+    page.wait_for_url("**/console/memories/markets")
+    assert "forgotten" in page.locator("h1").inner_text()
+    assert "customer asked, ticket 12" in page.locator("dl.fields").inner_text()
+    page.context.close()
+
+
+def test_edit_keeps_clears_and_sets_and_a_proposal_is_accepted(srv: Server, browser: Any) -> None:
+    t = fresh()
+    target = memory(
+        "ROAS target", kind="objective", memory_id="roas-3", memory_class="PerformanceTargetMemory",
+        properties={"metric": "roas", "goal": 3}, expires_at="2030-01-01T00:00:00Z",
+    )  # fmt: skip
+    write(srv, t, "/memories", target)
+    heard = {
+        **target,
+        "memory_id": "roas-4",
+        "source": "extraction",
+        "confidence": 0.8,
+        "properties": {"metric": "roas", "goal": 4},
+    }
+    heard.pop("expires_at")
+    write(srv, t, "/memories", heard)
+    page = signed_in(srv, browser, t)
+    page.goto("/console/memories/roas-3")
+    page.get_by_text("Edit", exact=True).click()
+    edit = page.locator("#edit")
+    edit.locator('select[name="state.content"]').select_option("set")
+    edit.locator('input[name="content"]').fill("Keep ROAS at or above 3.")
+    edit.locator('select[name="state.expires_at"]').select_option("clear")
+    edit.get_by_role("button", name="Revise").click()
+    page.wait_for_url("**/console/memories/roas-3")
+    fields = page.locator("dl.fields").inner_text()
+    assert (
+        "Keep ROAS at or above 3." in fields
+        and "Expires" not in fields
+        and "ROAS target" in page.locator("h1").inner_text()
+    )
+    page.goto("/console/proposals")
+    proposal = page.locator("#proposal-roas-4")
+    assert "Would replace roas-3" in proposal.inner_text()
+    shot(page, "proposals")
+    proposal.get_by_label("Reason to accept").fill("the new quarter's goal")
+    proposal.get_by_role("button", name="Accept").click()
+    page.wait_for_url("**/console/memories/roas-4")
+    assert page.locator("h1 .tag").first.inner_text() == "active"
+    page.goto("/console/memories/roas-3")
+    assert "inactive" in page.locator("h1").inner_text()
+    page.context.close()
+
+
+def test_a_form_without_the_sessions_csrf_token_is_refused(srv: Server, browser: Any) -> None:
+    t = fresh()
+    write(srv, t, "/memories", memory("Markets", memory_id="markets"))
+    page = signed_in(srv, browser, t)
+    for csrf in (None, "0" * 64):
+        form = {"reason": "forged"} | ({"csrf": csrf} if csrf else {})
+        r = page.request.post("/console/memories/markets/forget", form=form)
+        assert r.status == 403 and "CSRF" in r.text()
+    page.goto("/console/memories/markets")
+    assert "forgotten" not in page.locator("h1").inner_text()
+    page.context.close()
+
+
+def test_a_users_console_shows_and_offers_only_what_the_user_may(srv: Server, browser: Any) -> None:
+    t = fresh()
+    write(srv, t, "/memories", memory("Markets", memory_id="markets"))
+    ann = {"role": "user", "user": "ann"}
+    private = {"source": "agent", "scope": "user", "stakeholders": {"user_id": "ann"}}
+    write(
+        srv,
+        t,
+        "/memories",
+        memory("Ann's report format", memory_id="ann-format", importance=3) | private,
+        ann,
+    )
+    page = signed_in(srv, browser, t, role="user", user="sam")
+    nav = page.get_by_role("navigation", name="Pages").inner_text()
+    assert "Audit" not in nav and "Onboarding" not in nav
+    page.goto("/console/memories")
+    listed = page.locator("tbody").inner_text()
+    assert "Markets" in listed and "Ann" not in listed
+    shot(page, "memories")
+    page.goto("/console/memories/ann-format")
+    assert "memory ann-format not found" in page.get_by_role("alert").inner_text()
+    page.goto("/console/memories/markets")
+    for action in ("Forget", "Supersede", "Place a legal hold", "Revise"):
+        assert page.get_by_role("button", name=action).count() == 0, action
+    page.goto("/console/audit")  # not offered; asked for anyway, the API refuses it
+    assert "only an operator or an auditor may read" in page.get_by_role("alert").inner_text()
+    page.context.close()
+
+
+def test_every_other_page_renders_for_an_operator(srv: Server, browser: Any) -> None:
+    t = fresh()
+    write(srv, t, "/memories", CAP)
+    page = signed_in(srv, browser, t)
+    for name, path, heading in (
+        ("decisions", "/console/decisions?relied_on=meta-cap", "Decisions"),
+        ("onboarding", "/console/onboarding", "Onboarding"),
+        ("audit", "/console/audit?type=MemoryRemembered", "Audit"),
+    ):
+        page.goto(path)
+        assert page.locator("h1").inner_text() == heading
+        shot(page, name)
+    assert "meta-cap" in page.locator("tbody").inner_text()  # the audit page's one event
+    page.context.close()
+
+
+def test_a_legal_hold_stops_a_forget_conflicts_resolve_by_policy_and_onboarding(
+    srv: Server, browser: Any
+) -> None:
+    t = fresh()
+    write(srv, t, "/memories", memory("Tone", memory_id="tone-old", content="Formal."))
+    write(srv, t, "/memories", memory("Tone", memory_id="tone-new", content="Warm.", on_conflict="keep_both"))
+    page = signed_in(srv, browser, t)
+    page.goto("/console/memories/tone-old")
+    assert (
+        "tone-new" in page.locator("#statuses ~ p, section p").filter(has_text="Conflicts with").inner_text()
+    )
+    page.get_by_label("Reason for the legal hold").fill("case 7")
+    page.get_by_role("button", name="Place a legal hold").click()
+    page.wait_for_url("**/console/memories/tone-old")
+    page.get_by_label("Reason for forgetting").fill("asked to")
+    page.get_by_role("button", name="Forget").click()
+    assert "legal hold" in page.get_by_role("alert").inner_text()  # the API's 409, inline
+    page.get_by_label("Resolve its conflicts by").select_option("prefer_newer")
+    page.get_by_role("button", name="Resolve").click()
+    page.wait_for_url("**/console/memories/tone-old")
+    assert "inactive" in page.locator("h1").inner_text()
+    assert "tone-new" in page.locator("#chain ~ p").first.inner_text()
+    page.goto("/console/onboarding")
+    assert "Missing: objective, fact, preference." in page.locator("main").inner_text()
+    form = page.locator("#onboard")
+    form.locator('input[name="fact_label"]').fill("Markets")
+    form.locator('input[name="fact_content"]').fill("Outdoor gear in the US and Canada.")
+    form.get_by_role("button", name="Onboard").click()
+    page.wait_for_url("**/console/onboarding")
+    assert "Missing: objective, preference." in page.locator("main").inner_text()
+    page.context.close()
