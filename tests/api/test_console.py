@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+# a missing browser fails these tests, never skips them: `./dev test` installs both
+import playwright.sync_api as playwright_api
 import pytest
 from engram.api.auth import mint
 from engram.streams.topics import ensure_topics
@@ -26,10 +28,7 @@ from engram.streams.topics import ensure_topics
 from engram.harness import Server, isolated_settings
 from engram.settings import REPO, Settings
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (dev extras)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-if CHROMIUM is None:  # .ci/run installs it (apt-get install chromium)
-    pytest.skip("no system chromium (apt-get install chromium)", allow_module_level=True)
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = REPO / "tests" / "artifacts"
@@ -53,6 +52,8 @@ def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.fail("no system chromium: `./dev test` installs it (apt-get install chromium)")
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b
