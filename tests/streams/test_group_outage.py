@@ -1,10 +1,10 @@
 """A broker outage under a write load on two `engram serve` processes in one group, with a broker of
-the test's own (the session's broker is shared and stays up): the broker stopped cleanly, or killed
-with SIGKILL, then started again. What a client sees: a write is confirmed (202) or answered 503
-with Retry-After in bounded time, and its retry with the same Idempotency-Key is applied once. What
-the group keeps: every confirmed write, none twice, every tenant's graph equal to its replay, every
-read answered through either process; and while the broker is down each process writes a bounded
-number of log lines and backs off (no hot loop)."""
+the test's own (the session's broker is shared and stays up): the broker stopped cleanly and
+started again, then killed with SIGKILL and started again. What a client sees: a write is
+confirmed (202) or answered 503 with Retry-After in bounded time, and its retry with the same
+Idempotency-Key is applied once. What the group keeps: every confirmed write, none twice, every
+tenant's graph equal to its replay, every read answered through either process; and while the
+broker is down each process writes a bounded number of log lines and backs off (no hot loop)."""
 
 from __future__ import annotations
 
@@ -149,13 +149,16 @@ def outage(
 ) -> dict[str, Any]:
     """Stop or kill the broker for OUTAGE_S under the writers' load, start it again, wait until the
     group is back and ready; assert what a client and each process's log and CPU saw."""
-    before, refused_before = sample(servers, logs), sum(len(w.refused) for w in writers)
+    before, refused_before = sample(servers, logs), [len(w.refused) for w in writers]
     down_at = time.monotonic()
-    kafka_local.stop(broker) if fault == "stop" else kill_broker(broker)
+    if fault == "stop":
+        kafka_local.stop(broker)
+    else:
+        kill_broker(broker)
     time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
     outage_s = time.monotonic() - down_at
     quiet = [(n - n0, c - c0) for (n, c), (n0, c0) in zip(sample(servers, logs), before, strict=True)]
-    refused = [r for w in writers for r in w.refused][refused_before:]
+    refused = [r for w, n in zip(writers, refused_before, strict=True) for r in w.refused[n:]]
     kafka_local.start(broker)
     back_at = time.monotonic()
     wait_members(servers[0].settings, {s.url for s in servers}, timeout=60)
@@ -179,7 +182,7 @@ def outage(
     # backoff: the log handler prints the first line of a kind, then one per kind per
     # ENGRAM_LOG_SUMMARY_S (10 s) with a count, so an outage of 12 s prints each kind at most
     # twice; ~7 kinds (producer, consumer, coordinator, fetcher, the write path's 503s) measured
-    # 13-15 lines; 60 leaves room while a line per reconnect attempt wrote thousands. A hot loop
+    # 9-15 lines; 60 leaves room while a line per reconnect attempt wrote thousands. A hot loop
     # takes a core; backing off took ~5% (0.5-0.65 CPU s in 12 s), the bound is 30%.
     for lines, cpu in quiet:
         assert lines <= 60, (lines, logs)
