@@ -37,6 +37,7 @@ from engram.streams.dead_letters import send_dead_letter
 from engram.streams.extraction.extractor import Turn
 from engram.streams.faust_app import faust_app
 from engram.streams.pipeline import Pipeline, open_event, read_record
+from engram.streams.producer import back_off_failed_metadata
 from engram.streams.projector import Record, record_tenant
 from engram.streams.projector_app import as_record
 from engram.streams.topics import DEAD_LETTER_MAX_BYTES
@@ -179,6 +180,7 @@ class ConversationLog:
             acks="all",
             max_request_size=DEAD_LETTER_MAX_BYTES,
         )
+        back_off_failed_metadata(self._producer.client)  # its records wait out an outage too
 
     async def start(self) -> None:
         await self._producer.start()

@@ -21,7 +21,7 @@ from engram.streams import kafka_local, s3_local
 from engram.streams.objects import Objects, S3Objects, open_objects
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
+from engram.harness import Server, free_port, isolated_settings
 from engram.settings import REPO, Settings, load_settings
 from tests.tenant import Tenant
 
@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that needs the broker or s3proxy is an integration test (``-m "not integration"``
     skips them)."""
     for item in items:
-        if {"broker", "s3"} & set(getattr(item, "fixturenames", ())):
+        if {"broker", "private_broker", "s3"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 
@@ -60,6 +60,23 @@ def s3() -> Iterator[Settings]:
     yield load_settings(s3_endpoint=endpoint)
     if not already:
         s3_local.stop(base)
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[Settings]:
+    """A single-node broker on ports of its own, storage under the test's directory, for tests that
+    stop or kill it (the session's broker is shared and stays up)."""
+    base = load_settings()
+    own = load_settings(
+        cache_dir=base.cache_dir,
+        data_dir=tmp_path / "broker",
+        kafka_bootstrap=f"127.0.0.1:{free_port()}",
+        kafka_controller_port=free_port(),
+        kafka_heap="256m",
+    )
+    kafka_local.start(own)
+    yield own
+    kafka_local.stop(own)
 
 
 @pytest.fixture

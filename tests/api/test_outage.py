@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from engram.streams import kafka_local
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, free_port, isolated_settings
-from engram.settings import Settings, load_settings
+from engram.harness import Server, isolated_settings
+from engram.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -30,22 +29,6 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@pytest.fixture
-def private_broker(tmp_path: Path) -> Iterator[Settings]:
-    """A single-node broker on ports of its own, storage under the test's directory."""
-    base = load_settings()
-    own = load_settings(
-        cache_dir=base.cache_dir,
-        data_dir=tmp_path / "broker",
-        kafka_bootstrap=f"127.0.0.1:{free_port()}",
-        kafka_controller_port=free_port(),
-        kafka_heap="256m",
-    )
-    kafka_local.start(own)
-    yield own
-    kafka_local.stop(own)
 
 
 def remember(server: Server, key: str, label: str, timeout: float = 30) -> tuple[int, dict, dict, float]:

@@ -1,7 +1,7 @@
-"""Two `engram serve` processes in one consumer group (stores in memory, one object store, one key
-store and auth secret, a data directory each): a request sent to either is answered by the tenant's
-owner, and a kill -9 of one under a write load loses nothing and applies nothing twice: the survivor
-takes its tenants over from their snapshots and the log, and answers every read."""
+"""Two and three `engram serve` processes in one consumer group (stores in memory, one object
+store, one key store and auth secret, a data directory each): a request sent to any is answered by
+the tenant's owner, and a kill -9 of one under a write load loses nothing and applies nothing twice:
+the survivors take its tenants over from their snapshots and the log, and each answers every read."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ pytestmark = pytest.mark.integration
 PARTITIONS, TENANTS, PER_TENANT = 12, 24, 60
 
 
-def pair(broker: Settings, tmp_path: Path) -> tuple[Settings, Settings]:
-    """Two processes' settings: what they must share, shared; their stores' directories their own."""
-    a = isolated_settings(broker, tmp_path / "a", partitions=PARTITIONS).model_copy(
+def members(broker: Settings, tmp_path: Path, n: int) -> list[Settings]:
+    """``n`` processes' settings: what they must share, shared; their stores' directories and
+    ports their own."""
+    a = isolated_settings(broker, tmp_path / "p0", partitions=PARTITIONS).model_copy(
         update={
             "store": "memory",
             "snapshot_every": 30,
@@ -39,7 +40,13 @@ def pair(broker: Settings, tmp_path: Path) -> tuple[Settings, Settings]:
             "auth_secret": secrets.token_urlsafe(32),
         }
     )
-    return a, a.model_copy(update={"data_dir": tmp_path / "b", "api_port": free_port()})
+    own = [{"data_dir": tmp_path / f"p{i}", "api_port": free_port()} for i in range(1, n)]
+    return [a, *(a.model_copy(update=u) for u in own)]
+
+
+def pair(broker: Settings, tmp_path: Path) -> tuple[Settings, Settings]:
+    a, b = members(broker, tmp_path, 2)
+    return a, b
 
 
 def status(settings: Settings) -> dict[str, Any]:
@@ -59,10 +66,18 @@ def wait_members(settings: Settings, urls: set[str], timeout: float = 60) -> dic
 
 
 def start(settings: Settings, log: Path, request: pytest.FixtureRequest) -> Server:
-    server = Server(settings, log).start()
-    request.addfinalizer(server.stop)  # a failed assertion must not leave a process running
-    server.wait_ready()
-    return server
+    return start_all([settings], [log], request)[0]
+
+
+def start_all(settings: list[Settings], logs: list[Path], request: pytest.FixtureRequest) -> list[Server]:
+    """Start the processes together (they join the group while the others start), then wait for
+    each to be ready."""
+    servers = [Server(s, log).start() for s, log in zip(settings, logs, strict=True)]
+    for server in servers:
+        request.addfinalizer(server.stop)  # a failed assertion must not leave a process running
+    for server in servers:
+        server.wait_ready()
+    return servers
 
 
 def test_a_request_to_a_process_that_does_not_own_the_tenant_is_answered_by_its_owner(
@@ -100,44 +115,54 @@ def test_a_request_to_a_process_that_does_not_own_the_tenant_is_answered_by_its_
     assert "owned by" in looped.json()["detail"][0]["msg"]
 
 
-def test_kill_9_of_one_of_two_processes_loses_and_doubles_nothing(
-    broker: Settings, tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("n", [2, 3])
+def test_kill_9_of_one_of_n_processes_loses_and_doubles_nothing(
+    broker: Settings, tmp_path: Path, request: pytest.FixtureRequest, n: int
 ) -> None:
-    sa, sb = pair(broker, tmp_path)
-    rng = random.Random(20261205)
+    settings = members(broker, tmp_path, n)
+    rng = random.Random(20261205 + n)
     streams, models = {}, {}
     for i in range(TENANTS):
         tenant = f"g{i:02d}"
         streams[tenant], models[tenant] = random_stream(rng, tenant, PER_TENANT)
     events = interleave(rng, streams)
-    a = start(sa, tmp_path / "a.log", request)
-    b = start(sb, tmp_path / "b.log", request)
-    found = wait_members(sa, {a.url, b.url})
-    b_partitions = {p["partition"] for p in found["partitions"] if p["owner"] == b.url}
-    b_tenants = [t for t in streams if partition_for(t, PARTITIONS) in b_partitions]
-    assert b_tenants and len(b_tenants) < TENANTS
+    servers = start_all(settings, [tmp_path / f"p{i}.log" for i in range(n)], request)
+    found = wait_members(settings[0], {s.url for s in servers})
+    *survivors, victim = servers
+    victim_partitions = {p["partition"] for p in found["partitions"] if p["owner"] == victim.url}
+    victim_tenants = [t for t in streams if partition_for(t, PARTITIONS) in victim_partitions]
+    assert victim_tenants and len(victim_tenants) < TENANTS
 
-    feeder = Feeder(sa, events, chunk=20, pause_s=0.1)  # ~7 s in all: the kill lands while it goes on
+    feeder = Feeder(settings[0], events, chunk=20, pause_s=0.1)  # ~7 s in all: the kill lands in it
     feeder.start()
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(b.readyz()["handled"].values()) < 60:
+    while time.monotonic() < deadline and sum(victim.readyz()["handled"].values()) < 60:
         time.sleep(0.02)
-    handled_by_b = sum(b.readyz()["handled"].values())
-    b.kill()  # SIGKILL: no revocation, no snapshot, no commit
+    handled_by_victim = sum(victim.readyz()["handled"].values())
+    victim.kill()  # SIGKILL: no revocation, no snapshot, no commit
     killed = time.monotonic()
-    assert handled_by_b > 0 and feeder.produced < len(events), "the kill did not land mid-stream"
+    assert handled_by_victim > 0 and feeder.produced < len(events), "the kill did not land mid-stream"
     feeder.join(timeout=60)
     assert feeder.error is None, feeder.error
 
-    # the survivor owns every partition once the group notices (session timeout), and catches up
-    wait_members(sa, {a.url}, timeout=60)
+    # the survivors own every partition once the group notices (session timeout), and catch up
+    settled = wait_members(settings[0], {s.url for s in survivors}, timeout=60)
     took_over = time.monotonic() - killed
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(p["lag"] for p in status(sa)["partitions"]):
+    while time.monotonic() < deadline and any(p["lag"] for p in status(settings[0])["partitions"]):
         time.sleep(0.2)
-    assert not any(p["lag"] for p in status(sa)["partitions"])
-    print({"handled_by_b_at_kill": handled_by_b, "takeover_s": round(took_over, 1)})
+    assert not any(p["lag"] for p in status(settings[0])["partitions"])
+    print({"n": n, "handled_by_victim_at_kill": handled_by_victim, "takeover_s": round(took_over, 1)})
+    owners = {p["partition"]: p["owner"] for p in settled["partitions"]}
+    by_url = {s.url: s for s in survivors}
     for tenant, model in models.items():
-        live = a.http.get(f"{a.url}/v1/tenants/{tenant}/graph")
+        owner = by_url[owners[partition_for(tenant, PARTITIONS)]]
+        live = owner.http.get(f"{owner.url}/v1/tenants/{tenant}/graph")
         assert live.status_code == 200 and "x-engram-owner" not in live.headers, (tenant, live.text[:300])
-        assert_equals_its_replay(a, sa, tenant, model, live.text, tmp_path / "replay" / tenant, PER_TENANT)
+        for other in survivors:  # every survivor answers for every tenant, the owner's graph
+            if other is not owner:
+                via = other.http.get(f"{other.url}/v1/tenants/{tenant}/graph")
+                assert via.status_code == 200 and via.headers["x-engram-owner"] == owner.url, via.text[:300]
+                assert via.text == live.text, tenant
+        replay_dir = tmp_path / "replay" / tenant
+        assert_equals_its_replay(owner, settings[0], tenant, model, live.text, replay_dir, PER_TENANT)
