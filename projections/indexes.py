@@ -9,7 +9,6 @@ graph keeps), and an index with no checkpoint is rebuilt from the graph.
 from __future__ import annotations
 
 import base64
-import bisect
 import dataclasses
 import gc
 import logging
@@ -29,9 +28,9 @@ from engram.projections.terms import (
     VECTORS,
     e,
     memory_iri,
-    time_order,
 )
 from engram.projections.text_index import TextIndex
+from engram.projections.threads import Threads
 from engram.projections.vector_index import VectorIndex, label_of
 from engram.projections.visibility import (
     LEAN,
@@ -100,13 +99,7 @@ class TenantIndexes:
         self._holders: dict[str, set[str]] = {}
         self._held: dict[str, tuple[str, ...]] = {}
         self._unplaced: set[str] = set()
-        # memories by the conversation they were extracted from, in valid-time order, so a hit's
-        # neighbours (what was said just before and after it) are found without a query; built
-        # when the store opens (``warm``; after a rebuild, on first use), then kept in step by
-        # ``refresh``
-        self._threads: dict[str, list[tuple[str, str]]] | None = None
-        self._thread_of: dict[str, tuple[str, str]] = {}  # memory -> (conversation, valid from)
-        self._latest_valid = ""  # the latest valid time of a memory seen (ISO strings, all UTC)
+        self.threads = Threads(graph)  # a hit's conversation neighbours (``projections.threads``)
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
@@ -243,7 +236,7 @@ class TenantIndexes:
         self.vectors.exact()  # the exact cosines of BM25's candidates and of context items
         # the conversation neighbours and the tenant's latest valid time: a scan of every memory's
         # valid time (~50 ms of CPU at 10k memories) the first recall after a restart paid
-        self._build_threads()
+        self.threads.build()
         # these caches are long-lived and acyclic: out of the collector's way, or every full
         # collection walks them (measured: +8 ms p95 on a recall at 100k memories)
         gc.freeze()
@@ -256,66 +249,11 @@ class TenantIndexes:
         found = next(self.graph.store.quads_for_pattern(CLOCK, e("now"), None, ASSERTED), None)
         if found is not None:
             return found.object.value
-        self._build_threads()
-        return self._latest_valid or None
-
-    def _build_threads(self) -> None:
-        if self._threads is not None:
-            return
-        store = self.graph.store
-        valid = {
-            q.subject: q.object.value for q in store.quads_for_pattern(None, e("validFrom"), None, ASSERTED)
-        }
-        self._latest_valid = max(valid.values(), key=time_order, default="")
-        self._threads, self._thread_of = {}, {}
-        for q in store.quads_for_pattern(None, e("evidenceConversation"), None, ASSERTED):
-            when = valid.get(q.subject)  # type: ignore[call-overload]
-            if when is not None:
-                self._place(memory_id_of(q.subject), q.object.value, time_order(when))  # type: ignore[arg-type]
-
-    def _place(self, memory_id: str, conversation: str, when: str) -> None:
-        assert self._threads is not None
-        self._thread_of[memory_id] = (conversation, when)
-        bisect.insort(self._threads.setdefault(conversation, []), (when, memory_id))
-
-    def _displace(self, memory_id: str) -> None:
-        assert self._threads is not None
-        found = self._thread_of.pop(memory_id, None)
-        if found is not None:
-            thread = self._threads[found[0]]
-            i = bisect.bisect_left(thread, (found[1], memory_id))
-            if i < len(thread) and thread[i] == (found[1], memory_id):
-                del thread[i]
-
-    def _rethread(self, memory_id: str) -> None:
-        """Place a refreshed memory again (its conversation or valid time may have changed)."""
-        if self._threads is None:
-            return
-        self._displace(memory_id)
-        m = memory_iri(memory_id)
-        store = self.graph.store
-        when = next(store.quads_for_pattern(m, e("validFrom"), None, ASSERTED), None)
-        if when is None:
-            return
-        self._latest_valid = max(self._latest_valid, when.object.value, key=time_order)
-        conversation = next(store.quads_for_pattern(m, e("evidenceConversation"), None, ASSERTED), None)
-        if conversation is not None:
-            self._place(memory_id, conversation.object.value, time_order(when.object.value))
+        return self.threads.latest_valid() or None
 
     def neighbours(self, memory_id: str, window: int) -> list[str]:
-        """The memories of the same conversation next to this one in valid time, ``window`` on each
-        side, nearest first (none for a memory that cites no conversation)."""
-        self._build_threads()
-        assert self._threads is not None
-        found = self._thread_of.get(memory_id)
-        if found is None or window <= 0:
-            return []
-        thread = self._threads[found[0]]
-        i = bisect.bisect_left(thread, (found[1], memory_id))
-        out = []
-        for d in range(1, window + 1):
-            out += [thread[j][1] for j in (i - d, i + d) if 0 <= j < len(thread)]
-        return out
+        """The memories of the same conversation next to this one in valid time (``Threads``)."""
+        return self.threads.neighbours(memory_id, window)
 
     def candidate(self, memory_id: str) -> MemoryFacts | None:
         """A memory's lean facts for eligibility and ranking, cheap enough for every candidate.
@@ -422,7 +360,7 @@ class TenantIndexes:
             self._display.pop(memory_id, None)
             self._checked.pop(memory_id, None)
             self._unplaced.add(memory_id)
-            self._rethread(memory_id)
+            self.threads.rethread(memory_id)
             text = self.memory_text(memory_id)
             if text is None:
                 self.text.delete(memory_id)
@@ -482,7 +420,7 @@ class TenantIndexes:
         self._lean.clear()
         self._display.clear()
         self._checked.clear()
-        self._threads = None
+        self.threads.forget_all()
         ids = self.memory_ids()
         if only in (None, "text"):
             self.text.clear()

@@ -185,7 +185,8 @@ def test_conversation_neighbours_are_read_when_the_store_opens(tmp_path: Path) -
         t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{WORDS[i]} words", evidence=evidence))
     t.reopen()
     ix = t.indexes()
-    assert ix._threads == {"c1": [(ix._thread_of[f"m{i}"][1], f"m{i}") for i in range(3)]}
+    threads = ix.threads
+    assert threads._threads == {"c1": [(threads._thread_of[f"m{i}"][1], f"m{i}") for i in range(3)]}
     assert ix.neighbours("m1", 1) == ["m0", "m2"]
 
 
