@@ -111,12 +111,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     ap.add_argument("--variants", default="text,add:0.1,add:0.5,own:0,own:1,bm25f:0.5,bm25f:2")
+    # float32 MiniLM: the embedder of the quality tables these figures are compared with
+    ap.add_argument("--embedder", default="minilm", help="ENGRAM_EMBEDDER's names (default minilm)")
     args = ap.parse_args()
     base = load_settings()
     splits = list(SPLITS) if args.split == "both" else [args.split]
     chats = {name: load_chats(names=SPLITS[name]) for name in splits}
     every = [c for name in splits for c in chats[name]]
-    embedder = load_embedder("minilm")
+    embedder = load_embedder(args.embedder)
     events = embedded_events(every, embedder, base.cache_dir)
     vectors = question_vectors(every, embedder, base.cache_dir)
     fields = {c.tenant: Fields([e for e in events if e.tenant == c.tenant]) for c in every}
