@@ -186,7 +186,9 @@ def synthetic_tenant(
 def latency(
     base: Settings, n: int, pool: list[Event], questions: list[str], fresh: list[str], root: Path
 ) -> dict[str, Any]:
-    embedder = load_embedder("minilm")
+    # the server's model (ENGRAM_EMBEDDER): vectors of another model are not searched, so the
+    # server would answer by BM25 alone
+    embedder = load_embedder(base.embedder)
     data = root / f"latency-{n}"
     say(f"latency: building a tenant of {n} memories")
     built = synthetic_tenant(data / "tenants", n, pool, embedder)
@@ -286,8 +288,8 @@ def _phase(response: httpx.Response, name: str) -> float:
 
 
 # -- 3. indexing cost ------------------------------------------------------------------------------
-def indexing(pool: list[Event], n: int, tenants: int, root: Path) -> dict[str, Any]:
-    embedder = load_embedder("minilm")
+def indexing(pool: list[Event], n: int, tenants: int, root: Path, model: str) -> dict[str, Any]:
+    embedder = load_embedder(model)
     events = []
     for i in range(n):
         src = pool[i % len(pool)]
@@ -340,7 +342,7 @@ def main() -> None:
     base = load_settings()
     kafka_local.start(base)
     chats = load_chats(names=args.chats.split(",") if args.chats else None)
-    embedder = load_embedder("minilm")
+    embedder = load_embedder(base.embedder)  # the server's (quality and latency ask one)
     events = embedded_events(chats, embedder, base.cache_dir)
     asked = [q.text for chat in chats for q in chat.questions]
     questions, fresh = asked[: args.queries], asked[args.queries : 2 * args.queries]
@@ -352,7 +354,7 @@ def main() -> None:
         if "quality" not in skip:
             out["quality"] = quality(base, chats, events, root)
         if "indexing" not in skip:
-            out["indexing"] = indexing(events, args.index_events, 20, root)
+            out["indexing"] = indexing(events, args.index_events, 20, root, base.embedder)
         if "latency" not in skip:
             out["latency"] = [
                 latency(base, int(n), events, questions, fresh, root) for n in args.sizes.split(",")

@@ -153,10 +153,12 @@ def table(
 
 def http_check(
     base: Settings, chat: Chat, events: Sequence[Event], stores: TenantStores, vectors: dict[str, np.ndarray],
-    embedder: Embedder, root: Path,
+    embedder: Embedder, model: str, root: Path,
 ) -> dict[str, Any]:  # fmt: skip
-    """One chat through a real server's ``POST …/recall`` with the defaults: the same ids, in order."""
-    settings = isolated_settings(base, root / "http", partitions=1)
+    """One chat through a real server's ``POST …/recall`` with the defaults: the same ids, in order.
+    The server embeds with the bench's model (else every turn's vector is of another model, recall
+    falls back to BM25 alone, and every ranking differs)."""
+    settings = isolated_settings(base, root / "http", partitions=1).model_copy(update={"embedder": model})
     asyncio.run(ensure_topics(settings))
     server = Server(settings, root / "http.log").start()
     try:
@@ -185,14 +187,15 @@ def main() -> None:
     ap.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     ap.add_argument("--fusions", default=",".join(FUSIONS), help="comma-separated fusion methods")
     ap.add_argument("--no-ablation", action="store_true")
-    ap.add_argument("--embedder", default="minilm", help="ENGRAM_EMBEDDER's names (default minilm)")
+    ap.add_argument("--embedder", default=None, help="ENGRAM_EMBEDDER's names (default: that setting's)")
     ap.add_argument("--http-check", default=None, metavar="CHAT", help="a chat to ask through HTTP too")
     args = ap.parse_args()
     base = load_settings()
     splits = list(SPLITS) if args.split == "both" else [args.split]
     chats = {name: load_chats(names=SPLITS[name]) for name in splits}
     every = [c for name in splits for c in chats[name]]
-    embedder = load_embedder(args.embedder)
+    model = args.embedder or base.embedder
+    embedder = load_embedder(model)
     events = embedded_events(every, embedder, base.cache_dir)
     vectors = question_vectors(every, embedder, base.cache_dir)
     out: dict[str, Any] = {"benchmark": "recall_quality", "embedder": embedder.name, "limit": 10}
@@ -214,7 +217,7 @@ def main() -> None:
         if args.http_check:
             [chat] = [c for c in every if c.tenant == f"realtalk-{args.http_check}"]
             kafka_local.start(base)
-            out["http_check"] = http_check(base, chat, events, stores, vectors, embedder, root)
+            out["http_check"] = http_check(base, chat, events, stores, vectors, embedder, model, root)
             say(f"http check: {out['http_check']}")
         stores.close()
     print(json.dumps(out, indent=2))
