@@ -29,9 +29,10 @@ from typing import Any
 
 import httpx
 import numpy as np
+from engram.projections.fusion import FUSIONS
 from engram.projections.plan import no_facts, plan
 from engram.projections.progress import Progress
-from engram.projections.recall import FUSIONS, RecallQuery, class_weights, recall, search
+from engram.projections.recall import RecallQuery, class_weights, recall, search
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Status
 from engram.projections.visibility import Principal

@@ -27,7 +27,8 @@ from typing import Any
 
 import httpx
 import numpy as np
-from engram.projections.recall import DEFAULT_RANKING, FUSIONS, Ranking, RecallQuery, class_weights, recall
+from engram.projections.fusion import FUSIONS
+from engram.projections.recall import DEFAULT_RANKING, Ranking, RecallQuery, class_weights, recall
 from engram.projections.stores import TenantStores
 from engram.projections.visibility import Principal
 from engram.schemas.events import Event, Position

@@ -7,8 +7,8 @@ forgetting curve (against the tenant's clock, not the server's) and gated by con
 class's weight; the best hits then bring in their neighbours (what was said just before and after
 them in the same conversation), which share part of their score; the whole is packed to a token
 budget. Every term of a hit's score is in its ``signals``.
-The fusion methods other than the shipped one stay selectable, because the choice was made by
-measurement (bench/recall.py) and has to stay measurable.
+The fusion (``projections.fusion``) and the feedback (``projections.feedback``) are modules of their
+own.
 """
 
 from __future__ import annotations
@@ -16,29 +16,24 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
 
 from engram.projections import query_time, text_index
+from engram.projections.feedback import feedback
+from engram.projections.fusion import BM25_WEIGHT, Fusion, fuse
 from engram.projections.indexes import TenantIndexes
 from engram.projections.ontology import Ontology
-from engram.projections.text_index import terms
 from engram.projections.vector_index import QueryVector, resolve
 from engram.projections.visibility import MemoryFacts, Principal, held_at
 from engram.schemas import vocabulary as v
 
-Fusion = Literal["default", "bm25", "vector", "rrf", "minmax", "zscore"]
-FUSIONS: tuple[Fusion, ...] = ("default", "bm25", "vector", "rrf", "minmax", "zscore")
-RRF_K = 60
 POOL = 100  # candidates from each index (50 measured 1-2 points lower on REALTALK)
 # Measured on REALTALK dev against the tenant's clock: 0.15 each (the weights before the clock was
 # the tenant's, when a history older than a few months scored zero on both) cost 2.4 points of R@10
 # (0.543 against 0.567 without them); a small weight still orders equals by age.
 RELEVANCE, RECENCY, FORGETTING = 0.93, 0.035, 0.035
-BM25_WEIGHT = 0.5  # of the normalised-score fusion; the vector similarity has the rest
 RECENCY_HALF_LIFE_DAYS = 30.0
 STABILITY_DAYS = 30.0  # forgetting: a Medium memory keeps e^-1 of its strength after this long
 
@@ -99,52 +94,6 @@ def eligible(m: MemoryFacts, query: RecallQuery, who: Principal) -> bool:
         and (not query.classes or bool(query.classes & m.classes))
         and m.visible_to(who)  # the one call: last
     )
-
-
-# -- fusion: pure functions of the two candidate lists ----------------------------------------------
-def _minmax(scores: Mapping[str, float]) -> dict[str, float]:
-    if not scores:
-        return {}
-    lo, hi = min(scores.values()), max(scores.values())
-    return {k: (s - lo) / (hi - lo) if hi > lo else 1.0 for k, s in scores.items()}
-
-
-def _zscore(scores: Mapping[str, float]) -> dict[str, float]:
-    if len(scores) < 2:
-        return dict.fromkeys(scores, 0.0)
-    mean, sd = statistics.fmean(scores.values()), statistics.pstdev(scores.values())
-    return {k: (s - mean) / sd if sd > 0 else 0.0 for k, s in scores.items()}
-
-
-def _rrf(*rankings: Sequence[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, key in enumerate(ranking, start=1):
-            out[key] = out.get(key, 0.0) + 1.0 / (RRF_K + rank)
-    return out
-
-
-def fuse(
-    bm25: Mapping[str, float], vector: Mapping[str, float], method: Fusion, bm25_weight: float = BM25_WEIGHT
-) -> dict[str, float]:
-    """Relevance in [0, 1] per candidate id; a candidate one list lacks counts as its worst there."""
-    keys = set(bm25) | set(vector)
-    if method == "bm25":
-        return {k: s for k, s in _minmax(bm25).items()}
-    if method == "vector":
-        return {k: s for k, s in _minmax(vector).items()}
-    if method == "rrf":
-        ranked = _rrf(sorted(bm25, key=lambda k: -bm25[k]), sorted(vector, key=lambda k: -vector[k]))
-        return _minmax(ranked)
-    if method == "zscore":
-        zb, zv = _zscore(bm25), _zscore(vector)
-        floor_b, floor_v = min(zb.values(), default=0.0), min(zv.values(), default=0.0)
-        raw = {k: bm25_weight * zb.get(k, floor_b) + (1 - bm25_weight) * zv.get(k, floor_v) for k in keys}
-        return _minmax(raw)
-    nb, nv = _minmax(bm25), _minmax(vector)  # minmax, and the shipped default
-    if not nb or not nv:  # one signal only (no vector index, or no word matched): it alone decides
-        return nb or nv
-    return {k: bm25_weight * nb.get(k, 0.0) + (1 - bm25_weight) * nv.get(k, 0.0) for k in keys}
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -395,46 +344,6 @@ def search(
     window = ranking.context_window
     hits = with_context(hits, lambda m: indexes.neighbours(m, window), admit, now, class_weight, ranking)
     return hits[:top] if top is not None else hits
-
-
-# Words too common in conversation to say what the best hits are about (after stemming).
-STOPWORDS = frozenset(
-    terms(
-        "a about after again all also am an and any are as at be because been before being but by can "
-        "could did do does doing don for from get got had has have having he her here hers him his how i "
-        "if in into is it its just know like me more most my no not now of off oh ok okay on one only or "
-        "other our out over really she should so some such than that the their them then there these "
-        "they this those through to too up us very was we well were what when where which while who why "
-        "will with would yeah yes you your think going go want thing things lot much time good great"
-    )
-)
-
-
-def feedback(
-    q: str,
-    texts: Sequence[tuple[str, float]],
-    doc_freq: Callable[[Sequence[str]], list[int]],
-    total: int,
-    ranking: Ranking,
-) -> dict[str, float]:
-    """RM3-like expansion: the words of the best hits (``texts``: text, score), each weighed by its
-    share of each hit's words times the hit's score, times its rarity in the index; the
-    ``feedback_terms`` best, not already in ``q``, boosted up to ``feedback_weight``."""
-    asked = set(terms(q))
-    mass = sum(score for _, score in texts) or 1.0
-    weight: dict[str, float] = {}
-    for text, score in texts:
-        words = [t for t in terms(text) if t not in STOPWORDS and len(t) > 2 and not t.isdigit()]
-        for t in set(words):
-            if t not in asked:
-                weight[t] = weight.get(t, 0.0) + score / mass * words.count(t) / len(words)
-    if not weight or total <= 0:
-        return {}
-    found = dict(zip(weight, doc_freq(list(weight)), strict=True))
-    scored = {t: w * math.log(1 + total / (1 + found[t])) for t, w in weight.items()}
-    best = heapq.nlargest(ranking.feedback_terms, scored.items(), key=lambda kv: kv[1])
-    top = best[0][1] if best else 0.0
-    return {t: ranking.feedback_weight * w / top for t, w in best if w > 0} if top > 0 else {}
 
 
 def recall(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from engram.projections.feedback import feedback
 from engram.projections.query_time import boost, intervals
-from engram.projections.recall import DEFAULT_RANKING, feedback
+from engram.projections.recall import DEFAULT_RANKING
 
 CLOCK = datetime(2024, 2, 1, 15, 0, tzinfo=UTC)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from engram.projections.context import _conflicts, block_title
+from engram.projections.fusion import fuse
 from engram.projections.knowledge import load_knowledge
-from engram.projections.recall import Hit, RecallQuery, eligible, forgetting, fuse, pack, rank, recency
+from engram.projections.recall import Hit, RecallQuery, eligible, forgetting, pack, rank, recency
 from engram.projections.visibility import MemoryFacts, Principal
 from engram.schemas import vocabulary as v
 
