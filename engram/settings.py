@@ -152,6 +152,13 @@ class Settings(BaseSettings):
     )
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    store_write_buffer_mb: int = Field(
+        64,
+        ge=0,
+        description="The open disk stores' unflushed writes (RocksDB memtables, estimated) the projector "
+        "allows before it flushes the largest stores down to half of it; 0: never (a store then "
+        "flushes itself at 128 MB per column family).",
+    )
     store: Literal["disk", "memory"] = Field(
         "disk",
         description="Where an open tenant's graph lives: `disk` (a RocksDB store per tenant) or `memory` "

@@ -10,6 +10,8 @@ its search indexes and erasure mark; an unsaved tenant is snapshotted before it 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import logging
 import os
@@ -34,6 +36,21 @@ log = logging.getLogger(__name__)
 
 ERASING = "erasing"  # in a tenant's directory while a forget's words may still be in its files
 MEMORY = "memory"  # in a tenant's directory when its graph is held in memory (and in snapshots)
+# what a RocksDB memtable of a pyoxigraph store holds per quad written (its 12 column families;
+# measured 735-790 bytes, with and without an embedding, with and without the rules)
+QUAD_MEMTABLE_BYTES = 768
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+# glibc keeps the memtables' freed 1 MB blocks in its heaps (below its adaptive mmap threshold):
+# without ``malloc_trim`` after the flushes, they lower no RSS
+_MALLOC_TRIM = _libc_trim()
 
 
 class StoreLocked(Exception):
@@ -166,6 +183,40 @@ class TenantStores:
                 self._close(old)
                 evicted += 1
         return evicted
+
+    def memtable_bytes(self) -> int:
+        """What the open disk stores' memtables hold, estimated from the quads written since their
+        last flush."""
+        return 0 if self.memory else sum(g.unflushed for g in self._open.values()) * QUAD_MEMTABLE_BYTES
+
+    async def flush_over_budget(self, budget: int) -> int:
+        """Flush the open disk stores with the most unflushed writes, largest first, until their
+        memtables hold at most half of ``budget`` bytes, once they hold more; how many were flushed.
+
+        pyoxigraph's RocksDB flushes a store's memtables only when one of its 12 column families
+        reaches 128 MB, so a store written steadily grows ~30 KB per event for a very long time,
+        times every tenant open: the one unbounded growth of the server's memory (``docs/
+        performance.md``, Soak). pyoxigraph offers no option for it, so the projector flushes
+        between batches, under one budget for the process whatever the number of tenants; each
+        flush writes one larger set of files rather than many small ones (flushing every few events
+        costs more memory in small files than it saves). Each is done in a thread while the tenant
+        is held (an erasure closes the store), then glibc returns the freed memory."""
+        total = self.memtable_bytes()
+        if budget <= 0 or total <= budget:
+            return 0
+        flushed = 0
+        for tenant, graph in sorted(self._open.items(), key=lambda item: -item[1].unflushed):
+            if total <= budget // 2:
+                break
+            async with self.exclusive(tenant):
+                if self._open.get(tenant) is not graph:
+                    continue
+                total -= graph.unflushed * QUAD_MEMTABLE_BYTES
+                await asyncio.to_thread(graph.flush)
+                flushed += 1
+        if flushed and _MALLOC_TRIM is not None:
+            await asyncio.to_thread(_MALLOC_TRIM, 0)
+        return flushed
 
     def _open_memory(self, tenant: str) -> TenantGraph:
         """The tenant's graph in memory, from its newest snapshot (empty if it has none yet).

@@ -84,6 +84,9 @@ class TenantGraph:
         # moves before and after every write, so a reader's cache of derived facts (the search
         # indexes' candidates) knows whether they may have changed since it looked
         self.generation = 0
+        # quads written (asserted, checkpoint, inferred) since the store's last flush: its RocksDB
+        # memtables hold them, ~750 bytes each, until a flush (``TenantStores.flush_over_budget``)
+        self.unflushed = 0
         self._ensure_inferred()
         # in memory: the checkpoint its newest snapshot holds (None: none yet); the log after it
         # is not durable anywhere but the log itself, so the projector commits no offset past it
@@ -167,6 +170,7 @@ class TenantGraph:
         self.store.remove_graph(ONTOLOGY)
         self.store.extend(k.ontology.quads(ONTOLOGY))
         count = k.engine.materialize(self.store, GRAPHS)
+        self.unflushed += count
         cp = self.checkpoint()
         self._set_meta("knowledgeDigest", Literal(k.digest))
         self._set_meta("inferredOffset", Literal(cp.offset if cp else -1))
@@ -269,6 +273,7 @@ class TenantGraph:
             parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
         parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
         self.store.update(" ; ".join(parts))
+        self.unflushed += len(adds) + len(removes) + len(meta_old) + len(meta_new)
         if not current:
             log.warning("%s: inferences were not current; re-materialising", self.path)
             self._rematerialize()
@@ -278,7 +283,8 @@ class TenantGraph:
             removed = [q.triple for q in removes if q.graph_name == ASSERTED]
             if added or removed:
                 started = time.perf_counter()
-                self.knowledge.engine.update(self.store, GRAPHS, added, removed)
+                stats = self.knowledge.engine.update(self.store, GRAPHS, added, removed)
+                self.unflushed += stats.added + stats.removed
                 metrics.rule_seconds.observe(time.perf_counter() - started)
         except Exception:
             log.exception("%s: incremental rule update failed; re-materialising", self.path)
@@ -292,12 +298,13 @@ class TenantGraph:
     def flush(self) -> None:
         if not self.in_memory:
             self.store.flush()
+        self.unflushed = 0
 
     def reopen(self, move: Callable[[], None]) -> None:
         """Close the store, let ``move`` replace its directory (a vacuum's fresh copy), open it again,
         in this same object: whoever holds the graph keeps one that works. Nothing else may hold
         ``store`` itself meanwhile (RocksDB's lock goes with its last reference)."""
-        self.store.flush()
+        self.flush()
         self.generation += 1
         self.store = None  # type: ignore[assignment]
         gc.collect()

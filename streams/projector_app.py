@@ -154,6 +154,8 @@ def create_app(
                     records, stores, sink, partitions=partitions, committed=report.run
                 )
                 took = time.perf_counter() - started
+                # the disk stores' memtables, bounded (they flush themselves only at 128 MB each)
+                await stores.flush_over_budget(settings.store_write_buffer_mb << 20)
                 bound.observe(len(records), took)
                 metrics.batch_seconds.observe(took)
                 metrics.batch_records.observe(len(records))
