@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engram.projections.text_index import K1, B, bm25, query_words, terms
+from engram.projections.bm25 import K1, B, bm25, query_words, terms
 from engram.schemas.events import Event
 from engram.streams.embedder import load_embedder
 

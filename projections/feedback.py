@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from engram.projections.text_index import terms
+from engram.projections.bm25 import terms
 
 if TYPE_CHECKING:
     from engram.projections.recall import Ranking

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from engram.projections import query_time, text_index
+from engram.projections import query_time
+from engram.projections.bm25 import K1, B
 from engram.projections.feedback import feedback
 from engram.projections.fusion import BM25_WEIGHT, Fusion, fuse
 from engram.projections.indexes import TenantIndexes
@@ -57,8 +58,8 @@ class Ranking:
     feedback_weight: float = 0.2  # boost of the best added word (the query's own words have 1)
     time_boost: float = 0.2  # added for a valid time inside what the query names ("on 5 Jan 2024")
     time_slack_days: float = 3.0  # the boost falls to 0 this far outside it
-    bm25_k1: float = text_index.K1  # BM25's term-frequency saturation (tantivy's own: 1.2)
-    bm25_b: float = text_index.B  # BM25's length normalisation (tantivy's own: 0.75)
+    bm25_k1: float = K1  # BM25's term-frequency saturation (tantivy's own: 1.2)
+    bm25_b: float = B  # BM25's length normalisation (tantivy's own: 0.75)
 
 
 DEFAULT_RANKING = Ranking()

@@ -2,7 +2,7 @@
 
 tantivy fixes BM25's k1 and b (1.2 and 0.75) and its Python binding exposes neither, so the text is
 stored too and tantivy's best are scored again with the k1 and b measured best on REALTALK's dev
-split (``K1``, ``B``): short conversational turns gain from a weaker length normalisation.
+split (``bm25.K1``, ``bm25.B``): short conversational turns gain from a weaker length normalisation.
 
 The index holds text only; whether a memory may be recalled (active, not expired, visible) is read
 from the graph at query time, so a supersession or a clock tick never has to touch it.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import shutil
 import threading
 import time
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
+from engram.projections.bm25 import K1, B, bm25, query_words, terms
 from engram.projections.checkpoint import IndexCheckpoint
 from engram.schemas.events import Position
 
@@ -39,12 +39,6 @@ WRITER_HEAP_BYTES = 15_000_000  # tantivy's minimum per writer thread
 # A rebuild writes the whole index in one segment rather than one per 15 MB of heap: searching one
 # segment measured 0.62 / 1.7 ms p50 / p95 against 1.0 / 2.5 for eight (100k memories, top 100).
 REBUILD_HEAP_BYTES = 400_000_000
-# Everything but letters and digits is a separator, so no query syntax (field:, +, -, quotes) can
-# reach tantivy's parser; the words AND/OR/NOT are lower-cased so they stay words.
-NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
-# BM25 as the search scores it (tantivy's own: 1.2 and 0.75). Measured on REALTALK dev (R@10, the
-# default ranking): b 0.75 → 0.3 +1.3 points, MRR +4.4; k1 0.6-1.2 within 0.3 of each other.
-K1, B = 0.9, 0.3
 AVGDL_SAMPLE = 1_000  # documents whose length estimates the average (again when the count moves 10%)
 TERMS_CACHE = 20_000  # documents whose term counts are kept for rescoring (~1 KB each); then emptied
 # The overlay is committed to tantivy once it holds this many memories or its oldest change is this
@@ -77,26 +71,6 @@ def _open(path: Path) -> tantivy.Index:
         index = tantivy.Index(_schema(), path=str(path), reuse=True)
     index.config_reader("Manual", 0)
     return index
-
-
-# The "en_stem" tokenizer the text field is indexed with, to find the terms of a text as the index
-# holds them (pseudo-relevance feedback weighs the terms of the best hits).
-ANALYZER = (
-    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-    .filter(tantivy.Filter.remove_long(40))
-    .filter(tantivy.Filter.lowercase())
-    .filter(tantivy.Filter.stemmer("english"))
-    .build()
-)
-
-
-def terms(text: str) -> list[str]:
-    """``text``'s terms as the index holds them (lower-cased, stemmed)."""
-    return list(ANALYZER.analyze(text))
-
-
-def query_words(q: str) -> str:
-    return NON_WORD.sub(" ", q).strip().lower()
 
 
 @dataclass(frozen=True)
@@ -424,20 +398,3 @@ class TextIndex:
         out = [(memory_id, bm25(*counts, weights, idf, avgdl, k1, b)) for _, memory_id, counts in found]
         out.sort(key=lambda hit: -hit[1])
         return out
-
-
-def bm25(
-    length: int,
-    tf: Mapping[str, int],
-    weights: Mapping[str, float],
-    idf: Mapping[str, float],
-    avgdl: float,
-    k1: float = K1,
-    b: float = B,
-) -> float:
-    """Okapi BM25 of a document (its length and term counts) for weighted query terms."""
-    norm = k1 * (1 - b + b * length / avgdl)
-    # the few terms both hold, in a fixed order (a set's order would vary the sum's last digits)
-    return sum(
-        weights[t] * idf[t] * tf[t] * (k1 + 1) / (tf[t] + norm) for t in sorted(weights.keys() & tf.keys())
-    )

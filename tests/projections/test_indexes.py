@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tantivy
+from engram.projections.bm25 import bm25
 from engram.projections.context import ContextOptions, build_context
 from engram.projections.indexes import TenantIndexes
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Status
-from engram.projections.text_index import bm25
 from engram.projections.visibility import Principal
 from engram.schemas.events import Position
 from engram.streams.embedder import embedding_text, load_embedder, memory_embedding

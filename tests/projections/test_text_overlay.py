@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engram.projections.text_index import Flush, TextIndex, terms
+from engram.projections.bm25 import terms
+from engram.projections.text_index import Flush, TextIndex
 from engram.schemas.events import Position
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
