@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engram.projections.indexes import TenantIndexes, memory_id_of
+from engram.projections.index_source import memory_id_of
+from engram.projections.indexes import TenantIndexes
 from engram.projections.ontology import Ontology, StatusField, StatusGroup
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, CLOCK, COMPANY, INFERRED, RDF_TYPE, e, memory_iri

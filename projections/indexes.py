@@ -8,7 +8,6 @@ graph keeps), and an index with no checkpoint is rebuilt from the graph.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import gc
 import logging
@@ -18,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from engram.projections import index_source as source
+from engram.projections.index_source import MEMORY_PREFIX
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import (
     ASSERTED,
     CLOCK,
     INFERRED,
-    META,
     RDF_TYPE,
-    VECTORS,
     e,
     memory_iri,
 )
@@ -42,13 +41,10 @@ from engram.projections.visibility import (
 )
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
-from pyoxigraph import Literal, NamedNode, Quad
+from pyoxigraph import NamedNode, Quad
 
 log = logging.getLogger(__name__)
 
-MEMORY_PREFIX = "urn:engram:memory:"
-EVENT_PREFIX = "urn:engram:event:"
-TEXT_PREDICATES = ("label", "content")
 ACTIVE, EXPIRED = e("ActiveMemory"), e("Expired")
 LEAN_CACHE = 200_000  # memories whose lean facts are kept (~1 KB each)
 SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector index
@@ -61,19 +57,6 @@ EmbedMemories = Callable[[Sequence[tuple[str, str]]], np.ndarray]
 def _holder_keys(user: str | None, teams: Iterable[str]) -> tuple[str, ...]:
     """How the top-tier lists name a user and teams ("user:u", "team:t")."""
     return (*([f"user:{user}"] if user is not None else []), *(f"team:{t}" for t in sorted(teams)))
-
-
-def memory_id_of(node: NamedNode) -> str:
-    return node.value[len(MEMORY_PREFIX) :]
-
-
-def _words(name: str) -> str:
-    """``BudgetConstraintMemory`` → ``Budget Constraint Memory``: class names are searchable words."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
-
-
-def decode_vector(term: Literal) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(term.value), dtype="<f4")
 
 
 def model_dir(model: str) -> str:
@@ -104,99 +87,34 @@ class TenantIndexes:
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
         labels = set(self.vectors.index.get_ids_list())
         self.vectors.known(
-            {label_of(mid): mid for mid, _ in self._stored_vectors() if label_of(mid) in labels}
+            {
+                label_of(mid): mid
+                for mid, _ in source.stored_vectors(self.graph.store)
+                if label_of(mid) in labels
+            }
         )
         self.catch_up()
         self.warm()
 
-    # -- reading the graph ------------------------------------------------------------------
-    def memory_text(self, memory_id: str) -> str | None:
-        """What BM25 sees of a memory; None for one that is unknown or forgotten (erased)."""
-        m = memory_iri(memory_id)
-        facts = list(self.graph.store.quads_for_pattern(m, None, None, ASSERTED))
-        values: dict[str, list[str]] = {}
-        for q in facts:
-            if q.predicate.value.startswith(v.ENGRAM):
-                values.setdefault(q.predicate.value[len(v.ENGRAM) :], []).append(q.object.value)
-        if "memoryId" not in values or values.get("forgotten") == ["true"]:
-            return None
-        cls = values.get("memoryClass", [v.ENGRAM + "Memory"])[0].rsplit("#", 1)[-1]
-        props = [
-            f"{name} {value}"
-            for name, vals in sorted(values.items())
-            if name not in v.MEMORY_PREDICATES
-            for value in vals
-        ]
-        return "\n".join([*(x for p in TEXT_PREDICATES for x in values.get(p, [])), _words(cls), *props])
-
-    def _models(self, memory_id: str) -> list[str]:
-        """The model ids the graph records for a memory's vector (one, or none)."""
-        found = self.graph.store.quads_for_pattern(memory_iri(memory_id), e("embeddingModel"), None, ASSERTED)
-        return [q.object.value for q in found]
-
+    # -- reading the graph (``projections.index_source``) -----------------------------------
     def memory_vector(self, memory_id: str) -> np.ndarray | None:
-        if self._models(memory_id) != [self.model]:
-            return None
-        m = memory_iri(memory_id)
-        for q in self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS):
-            vec = decode_vector(q.object)  # type: ignore[arg-type]
-            if vec.shape == (self.vectors.dim,) and np.all(np.isfinite(vec)) and np.any(vec):
-                return vec
-        return None
+        return source.memory_vector(self.graph.store, memory_id, self.model, self.vectors.dim)
 
     def stale(self, memory_id: str) -> bool:
         """Embedded by this index's model, but its vector dropped (a revision changed its words)."""
-        m = memory_iri(memory_id)
-        return (
-            self._models(memory_id) == [self.model]
-            and next(self.graph.store.quads_for_pattern(m, e("embedding"), None, VECTORS), None) is None
-        )
-
-    def words(self, memory_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """(label, content) of these memories, leaving out the unknown and the forgotten."""
-        found = {}
-        for memory_id in memory_ids:
-            if self.memory_text(memory_id) is not None:
-                m = memory_iri(memory_id)
-                label, content = (
-                    next(
-                        (q.object.value for q in self.graph.store.quads_for_pattern(m, e(p), None, ASSERTED)),
-                        "",
-                    )
-                    for p in ("label", "content")
-                )
-                found[memory_id] = (label, content)
-        return found
+        return source.stale(self.graph.store, memory_id, self.model)
 
     def stale_words(self, memory_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """``words`` of the stale ones: what ``refresh`` embeds (nothing without an ``embed``)."""
-        return self.words(mid for mid in memory_ids if self.stale(mid)) if self.embed is not None else {}
+        if self.embed is None:
+            return {}
+        return source.words(self.graph.store, (mid for mid in memory_ids if self.stale(mid)))
 
     def embed_words(self, words: dict[str, tuple[str, str]]) -> dict[str, np.ndarray]:
         """Vectors of ``words`` by ``embed``; reads nothing of the graph, so it may run in a thread."""
         if self.embed is None or not words:
             return {}
         return dict(zip(words, self.embed(list(words.values())), strict=True))
-
-    def _stored_vectors(self) -> Iterable[tuple[str, Literal]]:
-        for q in self.graph.store.quads_for_pattern(None, e("embedding"), None, VECTORS):
-            yield memory_id_of(q.subject), q.object  # type: ignore[arg-type,misc]
-
-    def memory_ids(self) -> list[str]:
-        return [
-            q.object.value for q in self.graph.store.quads_for_pattern(None, e("memoryId"), None, ASSERTED)
-        ]
-
-    def changed_since(self, position: Position) -> set[str]:
-        """Memories changed by an event the log holds after ``position`` (the graph records each)."""
-        changed: set[str] = set()
-        for q in self.graph.store.quads_for_pattern(None, e("position"), None, META):
-            partition, _, offset = q.object.value.partition(":")
-            if int(partition) == position.partition and int(offset) > position.offset:
-                event_id = Literal(q.subject.value[len(EVENT_PREFIX) :])
-                for hit in self.graph.store.quads_for_pattern(None, e("changedBy"), event_id, ASSERTED):
-                    changed.add(memory_id_of(hit.subject))  # type: ignore[arg-type]
-        return changed
 
     def warm(self) -> None:
         """Every memory's lean facts, read predicate by predicate (a scan each, not 8 lookups per
@@ -361,7 +279,7 @@ class TenantIndexes:
             self._checked.pop(memory_id, None)
             self._unplaced.add(memory_id)
             self.threads.rethread(memory_id)
-            text = self.memory_text(memory_id)
+            text = source.memory_text(self.graph.store, memory_id)
             if text is None:
                 self.text.delete(memory_id)
             else:
@@ -406,7 +324,7 @@ class TenantIndexes:
                 log.info("%s: rebuilding the %s index from the graph", self.graph.path, name)
                 self.rebuild(only=name)
             elif index_cp.offset < cp.offset:
-                changed = self.changed_since(index_cp)
+                changed = source.changed_since(self.graph.store, index_cp)
                 log.info(
                     "%s: %s index behind by %d memories; catching up", self.graph.path, name, len(changed)
                 )
@@ -421,7 +339,7 @@ class TenantIndexes:
         self._display.clear()
         self._checked.clear()
         self.threads.forget_all()
-        ids = self.memory_ids()
+        ids = source.memory_ids(self.graph.store)
         if only in (None, "text"):
             self.text.clear()
         if only in (None, "vectors"):
@@ -429,7 +347,7 @@ class TenantIndexes:
         todo: list[str] = []  # memories to embed, a batch at a time
         other_model = 0  # memories with a vector of another model only, left without one here
         for i, memory_id in enumerate(ids, start=1):
-            text = self.memory_text(memory_id)
+            text = source.memory_text(self.graph.store, memory_id)
             if only in (None, "text") and text is not None:
                 self.text.upsert(memory_id, text)
             if only in (None, "vectors") and text is not None:
@@ -441,7 +359,7 @@ class TenantIndexes:
                 elif self._embedded_by_another(memory_id):
                     other_model += 1
             if len(todo) >= EMBED_BATCH or (todo and i == len(ids)):
-                for mid, vec in self.embed_words(self.words(todo)).items():
+                for mid, vec in self.embed_words(source.words(self.graph.store, todo)).items():
                     self.vectors.upsert(mid, vec)
                 todo = []
             if tick is not None and (
@@ -461,7 +379,7 @@ class TenantIndexes:
         return len(ids)
 
     def _embedded_by_another(self, memory_id: str) -> bool:
-        models = self._models(memory_id)
+        models = source.models(self.graph.store, memory_id)
         return bool(models) and self.model not in models
 
     def close(self) -> None:
