@@ -84,6 +84,15 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
         server = uvicorn.Server(uvicorn_config(app, settings))
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
+            if server.should_exit:  # signalled while starting: uvicorn would wait for the start first,
+                # and the projector's may never end (a join the broker refuses is retried for ever)
+                log.warning(
+                    "engram serve signalled while starting: it has not joined its consumer groups yet "
+                    "(see any errors above); stopping without having started"
+                )
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
+                return
             await asyncio.sleep(0.1)
         if args.demo and server.started:
             await seed_demo(settings, app)
