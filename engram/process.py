@@ -87,9 +87,10 @@ class Projection:
             await asyncio.to_thread(self.snapshots.take, tenant, graph)
 
 
-def compose_projection(settings: Settings, url: str) -> Projection:
+def compose_projection(settings: Settings, url: str, kind: str = "serve") -> Projection:
     """The projector's parts, not yet started (the embedder names the vector indexes' model).
-    ``url``: where the group's other processes send this one the requests for its tenants."""
+    ``url``: where the group's other processes send this one the requests for its tenants;
+    ``kind``: ``serve`` or ``worker``, the command running it (``engram status`` shows it)."""
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     embedder = load_embedder(settings.embedder)
     stores = TenantStores(
@@ -106,7 +107,7 @@ def compose_projection(settings: Settings, url: str) -> Projection:
     stores.snapshots = snapshots
     progress, indexed = Progress(), Progress()
     indexer = Indexer(stores, indexed)
-    membership = Membership(settings, progress, url)
+    membership = Membership(settings, progress, url, kind)
     group = projector_group(settings, objects)
     check_shared_keys(settings, objects)  # a moved tenant must unseal its memories wherever it goes
     return Projection(
@@ -164,13 +165,16 @@ async def capturing(
 
 
 @asynccontextmanager
-async def running(settings: Settings, *, url: str | None = None, api: bool = True) -> AsyncIterator[Runtime]:
+async def running(
+    settings: Settings, *, url: str | None = None, api: bool = True, kind: str = "serve"
+) -> AsyncIterator[Runtime]:
     """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, capture,
     as_of replays, the SPARQL sandbox and (when enabled) the archiver; stopped after. ``url``: where
     the group sends this process its tenants' requests (default ``settings.api_url()``); ``api``
-    False (a worker that serves no HTTP): the parts only requests use are not started."""
+    False (a worker that serves no HTTP): the parts only requests use are not started; ``kind``:
+    the command running it, ``serve`` or ``worker``."""
     await ensure_topics(settings)
-    parts = compose_projection(settings, url or settings.api_url())
+    parts = compose_projection(settings, url or settings.api_url(), kind)
     embedder, stores = parts.embedder, parts.stores
     producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)
     runtime = Runtime(
@@ -266,8 +270,10 @@ async def work_until_signalled(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with AsyncExitStack() as stack:
-            url = f"worker://{socket.gethostname()}/{os.getpid()}"
-            if not await started(stack, running(settings, url=url, api=False), stop, "engram worker"):
+            parts = running(
+                settings, url=f"worker://{socket.gethostname()}/{os.getpid()}", api=False, kind="worker"
+            )
+            if not await started(stack, parts, stop, "engram worker"):
                 return
             log.info("engram worker projecting: topic %s, data %s", settings.events_topic, settings.data_dir)
             await stop.wait()
