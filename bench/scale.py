@@ -191,6 +191,53 @@ def takeovers(events: list[dict], tenants: int, reps: int, timeouts: str) -> dic
     }
 
 
+def rebalances(events: int, tenants: int, reps: int, timeouts: str, seconds: float) -> dict[str, Any]:
+    """Spurious rebalances under a session timeout: two processes that stay up, ``events`` produced
+    at once every 10 s (bench/throughput's workload, new memory ids each time) for ``seconds``; the
+    assignments each process logged after the group settled (every rebalance logs one per
+    member), the group's state checked after each burst. Each timeout in turn, ``reps`` times."""
+    counts: dict[str, list[int]] = {f"session_{float(t):g}s": [] for t in timeouts.split(",")}
+    handled_per_s: dict[str, list[float]] = {k: [] for k in counts}
+    for rep in range(reps):
+        for t in timeouts.split(","):
+            key = f"session_{float(t):g}s"
+            with tempfile.TemporaryDirectory() as tmp_:
+                tmp = Path(tmp_)
+                sa, sb = (s.model_copy(update={"log_level": "INFO"}) for s in settings_pair(tmp, float(t)))
+                servers = started([sa, sb], tmp)
+                try:
+                    logs = [tmp / f"{i}.log" for i in range(2)]
+                    settled = [p.read_text().count("partitions of ") for p in logs]
+                    t0, burst, produced = time.monotonic(), 0, 0
+                    while time.monotonic() - t0 < seconds:
+                        batch = workload(events, tenants, seed=1000 * rep + burst)
+                        for e in batch:
+                            if "memory_id" in e["payload"]:
+                                e["payload"]["memory_id"] = f"r{burst}-{e['payload']['memory_id']}"
+                        produce(sa, batch)
+                        produced += len(batch)
+                        burst += 1
+                        time.sleep(max(0.0, t0 + 10 * burst - time.monotonic()))
+                    deadline = time.monotonic() + 120
+                    while sum(handled(s) for s in servers) < produced and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                    wall = time.monotonic() - t0
+                    after = [p.read_text().count("partitions of ") for p in logs]
+                    counts[key].append(sum(after) - sum(settled))
+                    handled_per_s[key].append(round(produced / wall))
+                finally:
+                    for server in servers:
+                        server.stop()
+                    asyncio.run(drop_topics(sa.kafka_bootstrap, sa.topic_prefix))
+            print(json.dumps({"rep": rep, key: counts[key][-1]}), flush=True)
+    return {
+        "events_per_burst": events,
+        "seconds": seconds,
+        "assignments_after_settling": counts,
+        "events_per_s": handled_per_s,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--events", type=int, default=3000)
@@ -203,7 +250,18 @@ def main() -> None:
         help="only the takeover: SIGTERM and kill -9 for each --session-timeouts, --reps times interleaved",
     )
     p.add_argument("--session-timeouts", default="10", help="comma-separated seconds (kill -9 takeover)")
+    p.add_argument(
+        "--rebalances",
+        type=float,
+        metavar="SECONDS",
+        help="only count rebalances of two processes under --events every 10 s for SECONDS, for each "
+        "--session-timeouts, --reps times interleaved",
+    )
     args = p.parse_args()
+    if args.rebalances:
+        got = rebalances(args.events, args.tenants, args.reps, args.session_timeouts, args.rebalances)
+        print(json.dumps(got, indent=2))
+        return
     events = workload(args.events, args.tenants)
     if args.takeover_only:
         print(json.dumps(takeovers(events, args.tenants, args.reps, args.session_timeouts), indent=2))

@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import faust
@@ -55,6 +55,8 @@ from engram.streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
+STOP_STARTING_S = 10.0  # what a process signalled while starting gives the parts it started to stop
+
 
 @dataclass
 class Projection:
@@ -85,9 +87,10 @@ class Projection:
             await asyncio.to_thread(self.snapshots.take, tenant, graph)
 
 
-def compose_projection(settings: Settings, url: str) -> Projection:
+def compose_projection(settings: Settings, url: str, kind: str = "serve") -> Projection:
     """The projector's parts, not yet started (the embedder names the vector indexes' model).
-    ``url``: where the group's other processes send this one the requests for its tenants."""
+    ``url``: where the group's other processes send this one the requests for its tenants;
+    ``kind``: ``serve`` or ``worker``, the command running it (``engram status`` shows it)."""
     knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
     embedder = load_embedder(settings.embedder)
     stores = TenantStores(
@@ -104,7 +107,7 @@ def compose_projection(settings: Settings, url: str) -> Projection:
     stores.snapshots = snapshots
     progress, indexed = Progress(), Progress()
     indexer = Indexer(stores, indexed)
-    membership = Membership(settings, progress, url)
+    membership = Membership(settings, progress, url, kind)
     group = projector_group(settings, objects)
     check_shared_keys(settings, objects)  # a moved tenant must unseal its memories wherever it goes
     return Projection(
@@ -162,13 +165,16 @@ async def capturing(
 
 
 @asynccontextmanager
-async def running(settings: Settings, *, url: str | None = None, api: bool = True) -> AsyncIterator[Runtime]:
+async def running(
+    settings: Settings, *, url: str | None = None, api: bool = True, kind: str = "serve"
+) -> AsyncIterator[Runtime]:
     """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, capture,
     as_of replays, the SPARQL sandbox and (when enabled) the archiver; stopped after. ``url``: where
     the group sends this process its tenants' requests (default ``settings.api_url()``); ``api``
-    False (a worker that serves no HTTP): the parts only requests use are not started."""
+    False (a worker that serves no HTTP): the parts only requests use are not started; ``kind``:
+    the command running it, ``serve`` or ``worker``."""
     await ensure_topics(settings)
-    parts = compose_projection(settings, url or settings.api_url())
+    parts = compose_projection(settings, url or settings.api_url(), kind)
     embedder, stores = parts.embedder, parts.stores
     producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)
     runtime = Runtime(
@@ -212,21 +218,11 @@ async def running(settings: Settings, *, url: str | None = None, api: bool = Tru
         )
         stores.erasure_listeners.append(runtime.past.forget_tenant)
         runtime.sparql = await Sandbox(settings.sparql_timeout_s).start()
-    embedder.embed(["warm up"])  # load the model before the first request needs it
-    await runtime.producer.start()
-    await runtime.lag.start()
-    await parts.start()
-    capture = AsyncExitStack()
-    runtime.capture = await capture.enter_async_context(capturing(settings, runtime, conversation_store))
-    await conversations_app.start()
     archive_stop = asyncio.Event()
-    archiving = (
-        asyncio.create_task(archive_until(settings, archive_stop)) if settings.archive_enabled else None
-    )
-    log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
-    try:
-        yield runtime
-    finally:
+    archiving: asyncio.Task[None] | None = None
+    capture = AsyncExitStack()
+
+    async def stop() -> None:
         if archiving is not None:  # the open segments are written before it returns
             archive_stop.set()
             await archiving
@@ -244,6 +240,25 @@ async def running(settings: Settings, *, url: str | None = None, api: bool = Tru
         if runtime.past is not None:
             runtime.past.close()
 
+    try:
+        embedder.embed(["warm up"])  # load the model before the first request needs it
+        await runtime.producer.start()
+        await runtime.lag.start()
+        await parts.start()  # the Faust apps' starts wait for their group's first assignment
+        runtime.capture = await capture.enter_async_context(capturing(settings, runtime, conversation_store))
+        await conversations_app.start()
+        if settings.archive_enabled:
+            archiving = asyncio.create_task(archive_until(settings, archive_stop))
+    except BaseException:  # a start cut short (a signal, ``started``): what started stops, or its
+        async with asyncio.timeout(STOP_STARTING_S):  # threads would keep the process alive
+            await stop()
+        raise
+    log.info("engram running: topic %s, data %s", settings.events_topic, settings.data_dir)
+    try:
+        yield runtime
+    finally:
+        await stop()
+
 
 async def work_until_signalled(settings: Settings) -> None:
     """``engram worker`` without a URL: project (and capture) until SIGTERM or SIGINT, then stop
@@ -254,9 +269,41 @@ async def work_until_signalled(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with running(settings, url=f"worker://{socket.gethostname()}/{os.getpid()}", api=False):
+        async with AsyncExitStack() as stack:
+            parts = running(
+                settings, url=f"worker://{socket.gethostname()}/{os.getpid()}", api=False, kind="worker"
+            )
+            if not await started(stack, parts, stop, "engram worker"):
+                return
             log.info("engram worker projecting: topic %s, data %s", settings.events_topic, settings.data_dir)
             await stop.wait()
+            log.info("engram worker stopping (signalled)")
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+async def started(
+    stack: AsyncExitStack, parts: AbstractAsyncContextManager[object], stop: asyncio.Event, what: str
+) -> bool:
+    """Enter ``parts`` in ``stack`` unless ``stop`` is set first: a start can wait for ever (the
+    projector's consumer waits for the group to assign it partitions; a join the broker refuses
+    is retried), and a signal must still end the process. False (the start cancelled, what had
+    started stopped) when it was."""
+    entering = asyncio.ensure_future(stack.enter_async_context(parts))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({entering, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if entering.done():
+        entering.result()  # a start that failed raises here
+        return True
+    log.warning(
+        "%s signalled while starting: it has not joined its consumer groups yet (see any errors "
+        "above); stopping without having started",
+        what,
+    )
+    entering.cancel()
+    await asyncio.gather(entering, return_exceptions=True)
+    return False

@@ -167,9 +167,11 @@ class Settings(BaseSettings):
     session_timeout_s: float = Field(
         10.0,
         ge=6.0,
+        le=90.0,
         description="The projector's consumer-group session timeout: a process killed with kill -9 leaves "
         "the group, and its tenants move, after this; heartbeats go every third of it, at most 2 s. At "
-        "least 6: brokers refuse less (group.min.session.timeout.ms).",
+        "least 6: brokers refuse less (group.min.session.timeout.ms); at most 90: faust refuses more "
+        "(its broker_request_timeout).",
     )
     snapshot_keep: int = Field(
         3,

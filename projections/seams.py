@@ -37,6 +37,8 @@ class Snapshotter(Protocol):
 
     def load(self, snap: Snapshot) -> Store: ...
 
+    def load_newest(self, tenant: str) -> tuple[Snapshot | None, Store]: ...
+
 
 class Snapshot(Protocol):
     """What a tenant's in-memory store opens from: a snapshot's checkpoint offset."""

@@ -227,13 +227,14 @@ class TenantStores:
         and erases them)."""
         directory = self._path(tenant).parent
         directory.mkdir(parents=True, exist_ok=True)
-        snap = self.snapshots.newest(tenant) if self.snapshots is not None else None
         if (directory / ERASING).exists():
             shutil.rmtree(directory / "text", ignore_errors=True)
             if self.snapshots is not None:
-                self.snapshots.purge(tenant, keep=snap.offset if snap is not None else None)
+                newest = self.snapshots.newest(tenant)
+                self.snapshots.purge(tenant, keep=newest.offset if newest is not None else None)
             self._erased(tenant)
-        store = self.snapshots.load(snap) if snap is not None and self.snapshots is not None else Store()
+        # picked again if another process deletes it as it is read (it took a newer one)
+        store = self.snapshots.load_newest(tenant)[1] if self.snapshots is not None else Store()
         (directory / MEMORY).touch()
         graph = TenantGraph(self._path(tenant), self.knowledge, memory=store)
         self._opened(tenant, graph)

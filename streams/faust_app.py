@@ -10,11 +10,16 @@ from engram.streams.topics import DEAD_LETTER_MAX_BYTES
 from engram.settings import Settings
 
 
-def faust_app(settings: Settings, group: str, datadir: str, *, url: str | None = None) -> faust.App:
+def faust_app(
+    settings: Settings, group: str, datadir: str, *, url: str | None = None, client_id: str | None = None
+) -> faust.App:
     """An app in consumer group ``group``, its local state under ``data_dir/datadir``; ``url`` is
-    what the group's assignment says this member is reached at (``streams.group``)."""
+    what the group's assignment says this member is reached at (``streams.group``), ``client_id``
+    what kind of process it is (``engram status``)."""
     fetch_guard.install()
-    extra = {"canonical_url": url} if url is not None else {}
+    extra: dict[str, str] = {"canonical_url": url} if url is not None else {}
+    if client_id is not None:
+        extra["broker_client_id"] = client_id
     return faust.App(
         group,
         broker=f"kafka://{settings.kafka_bootstrap}",

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 GROUP_KEY = "projector-group-id"  # in the object store: the id every process sharing it joins
 KEYS_KEY = "group-keys-id"  # in the object store and the key store: they belong together
 SETTLE_S = 1.0  # a new group's id is read back this long after it was written
+KINDS = ("engram-serve", "engram-worker")  # a member's client id: the command that runs it
 
 
 def projector_group(settings: Settings, objects: Objects) -> str:
@@ -104,8 +105,10 @@ class Membership:
     the log held when it was assigned: a read for one of its tenants waits for that (``ready``), so
     it never answers from a snapshot older than what the previous owner answered from."""
 
-    def __init__(self, settings: Settings, progress: Progress, url: str) -> None:
-        self.settings, self.progress, self.url = settings, progress, url
+    def __init__(self, settings: Settings, progress: Progress, url: str, kind: str = "serve") -> None:
+        """``kind``: ``serve`` or ``worker``, the command that runs this process (its consumer's
+        client id says it to ``engram status``)."""
+        self.settings, self.progress, self.url, self.kind = settings, progress, url, kind
         self.topic = settings.events_topic
         self.assignor: Any = None  # Faust's partition assignor, set by the projector app
         self.group = ""  # set by the projector app
@@ -282,8 +285,9 @@ class Membership:
 
 
 async def group_status(settings: Settings, group: str) -> dict[str, Any]:
-    """The projector's consumer group as Kafka holds it: its state, each member's URL and
-    partitions (from the assignment Faust's assignor handed it), and per partition of the events
+    """The projector's consumer group as Kafka holds it: its state, each member's kind (``serve``
+    or ``worker``, from its client id), URL and partitions (from the assignment Faust's assignor
+    handed it), and per partition of the events
     topic its owner, the log's end offset, the group's committed offset and the lag between them.
     For ``engram status``; asks the broker only, so it works whatever the members serve."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
@@ -306,7 +310,10 @@ async def group_status(settings: Settings, group: str) -> dict[str, Any]:
         state = found[2]
         for member in found[5]:
             url, parts = _member(member[4], settings.events_topic)
-            members.append({"member": member[0], "host": member[2], "url": url, "partitions": parts})
+            kind = member[1].removeprefix("engram-") if member[1] in KINDS else None
+            members.append(
+                {"member": member[0], "kind": kind, "host": member[2], "url": url, "partitions": parts}
+            )
             owners.update({p: url for p in parts})
     partitions = []
     for tp in tps:

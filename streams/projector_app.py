@@ -117,7 +117,13 @@ def create_app(
     for the timer), and a revoked partition's tenants are dropped from memory before it may move.
     """
     group = group or settings.projector_group()
-    app = faust_app(settings, group, "faust", url=membership.url if membership is not None else None)
+    app = faust_app(
+        settings,
+        group,
+        "faust",
+        url=membership.url if membership is not None else None,
+        client_id=f"engram-{membership.kind}" if membership is not None else None,
+    )
     held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
     # the agent's batches and the timer's snapshots, one at a time
     writing = held.writing if held is not None else asyncio.Lock()

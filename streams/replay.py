@@ -123,9 +123,12 @@ async def replay_tenant(
 
         position = 0  # the next offset to apply: every one from zero, from Kafka or the archive
         if snapshots is not None and not stores.exists(tenant):
-            snap = await asyncio.to_thread(snapshots.nearest, tenant, tp.partition, end, as_of_ms)
-            if snap is not None:  # the store as it was at the snapshot's checkpoint; the rest follows
-                await asyncio.to_thread(snapshots.restore, snap, stores.store_path(tenant))
+            # the store as it was at the snapshot's checkpoint (picked again if another process
+            # deletes it meanwhile); the rest follows from the log
+            snap = await asyncio.to_thread(
+                snapshots.restore_nearest, tenant, tp.partition, end, as_of_ms, stores.store_path(tenant)
+            )
+            if snap is not None:
                 position = snap.offset + 1
                 log.info("replay %s: from the snapshot at offset %d", tenant, snap.offset)
         if progress is not None:

@@ -45,6 +45,13 @@ from engram import metrics
 log = logging.getLogger(__name__)
 
 PREFIX = "snapshots"
+PICKS = 3  # a reader whose snapshot was deleted under it picks again this many times in all
+
+
+class Vanished(ValueError):
+    """The snapshot a reader picked was deleted (pruned, or purged after a forget) before it was
+    read: another process took a newer one. The reader picks again (``restore_nearest``,
+    ``load_newest``)."""
 
 
 @dataclass(frozen=True)
@@ -186,15 +193,50 @@ class Snapshots:
 
     def newest(self, tenant: str) -> Snapshot | None:
         """The tenant's latest complete snapshot, or None."""
-        offsets = self._offsets(tenant)
-        return self._read(tenant, offsets[-1]) if offsets else None
+        for offset in reversed(self._offsets(tenant)):
+            if (snap := self._read(tenant, offset)) is not None:
+                return snap
+        return None
+
+    def load_newest(self, tenant: str) -> tuple[Snapshot | None, Store]:
+        """The tenant's newest snapshot loaded in memory (an empty store when it has none),
+        picked again when another process deletes it meanwhile: a newer one exists then, since
+        the newest is never deleted. Vanished after ``PICKS`` picks: never an empty store in place
+        of one that exists (in memory mode it is the tenant's durable copy)."""
+        for pick in range(PICKS):
+            snap = self.newest(tenant)
+            if snap is None:
+                return None, Store()
+            try:
+                return snap, self.load(snap)
+            except Vanished:
+                log.info("snapshot %s was deleted as it was read; picking again (%d)", snap.key, pick + 1)
+        raise Vanished(f"tenant {tenant}'s newest snapshot was deleted {PICKS} times as it was read")
+
+    def restore_nearest(
+        self, tenant: str, partition: int, before_offset: int, at_or_before_ms: int | None, target: Path
+    ) -> Snapshot | None:
+        """Restore into ``target`` the snapshot ``nearest`` picks; the one it picks then when
+        another process deletes it as it is restored; None (a replay from the log) when there is
+        none, or after ``PICKS`` picks that all vanished."""
+        for pick in range(PICKS):
+            snap = self.nearest(tenant, partition, before_offset, at_or_before_ms)
+            if snap is None:
+                return None
+            try:
+                self.restore(snap, target)
+                return snap
+            except Vanished:
+                log.info("snapshot %s was deleted as it was restored; picking again (%d)", snap.key, pick + 1)
+        log.warning("tenant %s: %d snapshots deleted as they were restored; replaying the log", tenant, PICKS)
+        return None
 
     def _data(self, snap: Snapshot, suffix: str) -> bytes:
-        """A snapshot's bytes, sha256-checked; ValueError if they are gone or corrupt."""
+        """A snapshot's bytes, sha256-checked; Vanished if they are gone, ValueError if corrupt."""
         try:
             data = self.objects.get(f"{snap.key}.{suffix}")
         except MissingObject as exc:
-            raise ValueError(f"snapshot {snap.key} has lost its data") from exc
+            raise Vanished(f"snapshot {snap.key} has lost its data") from exc
         if hashlib.sha256(data).hexdigest() != snap.sha256:
             raise ValueError(f"snapshot {snap.key} is corrupt (sha256 differs)")
         return data
@@ -218,12 +260,16 @@ class Snapshots:
         names = (key.rpartition("/")[2] for key in self.objects.list(_index(tenant)))
         return sorted(int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit())
 
-    def _read(self, tenant: str, offset: int) -> Snapshot:
-        return Snapshot(**json.loads(self.objects.get(_descriptor(tenant, offset))))
+    def _read(self, tenant: str, offset: int) -> Snapshot | None:
+        """The descriptor at ``offset``; None when it was deleted since it was listed."""
+        try:
+            return Snapshot(**json.loads(self.objects.get(_descriptor(tenant, offset))))
+        except MissingObject:
+            return None
 
     def list(self, tenant: str) -> list[Snapshot]:
         """The tenant's complete snapshots, oldest first."""
-        return [self._read(tenant, offset) for offset in self._offsets(tenant)]
+        return [snap for offset in self._offsets(tenant) if (snap := self._read(tenant, offset)) is not None]
 
     def nearest(
         self, tenant: str, partition: int, before_offset: int, at_or_before_ms: int | None = None
@@ -234,8 +280,10 @@ class Snapshots:
             if offset >= before_offset:
                 continue
             snap = self._read(tenant, offset)
-            if snap.partition == partition and (
-                at_or_before_ms is None or snap.timestamp_ms <= at_or_before_ms
+            if (
+                snap is not None
+                and snap.partition == partition
+                and (at_or_before_ms is None or snap.timestamp_ms <= at_or_before_ms)
             ):
                 return snap
         return None
@@ -269,7 +317,8 @@ class Snapshots:
                 shutil.rmtree(self.objects.root.joinpath(*f"{key}.d".split("/")), ignore_errors=True)
 
     def restore(self, snap: Snapshot, target: Path) -> None:
-        """Unpack ``snap`` into ``target`` (a store directory that must not exist yet)."""
+        """Unpack ``snap`` into ``target`` (a store directory that must not exist yet); Vanished
+        (and no ``target``) when the snapshot is deleted before or while it is read."""
         if snap.format == "dir":
             self._restore_dir(snap, target)
             return
@@ -291,22 +340,31 @@ class Snapshots:
 
     def _restore_dir(self, snap: Snapshot, target: Path) -> None:
         """Link the snapshot's table files (immutable) and copy the rest (RocksDB rewrites its
-        manifest and logs), so the restored store never writes into the snapshot."""
+        manifest and logs), so the restored store never writes into the snapshot. A delete removes
+        the descriptor before any file, so a descriptor still there once every file is linked or
+        copied means none was missed (a directory listed as it is removed may skip files silently)."""
         if not isinstance(self.objects, LocalObjects):
             raise ValueError(f"snapshot {snap.key} is a local directory; this object store is not local")
         source = self.objects.root.joinpath(*f"{snap.key}.d".split("/"))
         if not source.is_dir():
-            raise ValueError(f"snapshot {snap.key} has lost its data")
+            raise Vanished(f"snapshot {snap.key} has lost its data")
         target.mkdir(parents=True)
         try:
-            for path in source.iterdir():
-                if path.suffix in (".sst", ".blob"):
-                    try:
-                        os.link(path, target / path.name)
-                        continue
-                    except OSError:  # another file system: copied instead
-                        pass
-                shutil.copy2(path, target / path.name)
+            try:
+                for path in source.iterdir():
+                    if path.suffix in (".sst", ".blob"):
+                        try:
+                            os.link(path, target / path.name)
+                            continue
+                        except OSError:  # another file system: copied instead
+                            pass
+                    shutil.copy2(path, target / path.name)
+            except OSError as exc:
+                if self.objects.exists(snap.descriptor):
+                    raise
+                raise Vanished(f"snapshot {snap.key} was deleted as it was restored") from exc
+            if not self.objects.exists(snap.descriptor):
+                raise Vanished(f"snapshot {snap.key} was deleted as it was restored")
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise

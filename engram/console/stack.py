@@ -69,7 +69,10 @@ def s3(settings: Settings, args: argparse.Namespace) -> int:
     return 2
 
 
-def serve(settings: Settings, args: argparse.Namespace) -> int:
+def serve(settings: Settings, args: argparse.Namespace, *, kind: str = "serve") -> int:
+    """``kind``: the command, ``serve`` or ``worker`` (one with a URL), as ``engram status`` shows it."""
+    import functools
+
     import uvicorn
 
     from engram.api.main import create_app
@@ -80,10 +83,19 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
 
     async def main() -> None:
         # Header and body read timeouts, header size limit and connection cap: see api/server.py.
-        app = create_app(settings, running)
+        app = create_app(settings, functools.partial(running, kind=kind))
         server = uvicorn.Server(uvicorn_config(app, settings))
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
+            if server.should_exit:  # signalled while starting: uvicorn would wait for the start first,
+                # and the projector's may never end (a join the broker refuses is retried for ever)
+                log.warning(
+                    "engram serve signalled while starting: it has not joined its consumer groups yet "
+                    "(see any errors above); stopping without having started"
+                )
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
+                return
             await asyncio.sleep(0.1)
         if args.demo and server.started:
             await seed_demo(settings, app)
@@ -98,7 +110,7 @@ def worker(settings: Settings, args: argparse.Namespace) -> int:
     ``engram serve`` does (the group routes its tenants' requests, writes too, to it); without, it
     projects and captures its tenants and serves no HTTP: FastAPI is never imported."""
     if settings.advertised_url:
-        return serve(settings, argparse.Namespace(demo=False))
+        return serve(settings, argparse.Namespace(demo=False), kind="worker")
     from engram.process import work_until_signalled
 
     print(settings.data_dir_notice(), file=sys.stderr, flush=True)
@@ -122,7 +134,8 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     print(f"group {found['group']}: {found['state']}, {len(found['members'])} members")
     for m in found["members"]:
-        print(f"  {m['url'] or m['member']}  ({m['host']}): partitions {m['partitions']}")
+        kind = m.get("kind") or "other"
+        print(f"  {m['url'] or m['member']}  ({kind} on {m['host']}): partitions {m['partitions']}")
     print("partition  owner                               end  committed  lag")
     for p in found["partitions"]:
         owner = p["owner"] or "-"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from engram.projections.read import export_nquads
 from engram.projections.stores import TenantStores
+from engram.streams.group import group_status
 from engram.streams.lag import LagMonitor
 
 from engram.harness import settings_env
@@ -68,6 +69,8 @@ def test_a_worker_projects_events_without_fastapi(settings: Settings, tmp_path: 
         assert produced.returncode == 0, produced.stderr
         asyncio.run(caught_up(settings))
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+        group = asyncio.run(group_status(settings, settings.projector_group()))  # as `engram status` shows it
+        assert [(m["kind"], m["url"].split("/")[0]) for m in group["members"]] == [("worker", "worker:")]
     finally:
         worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=60)
