@@ -31,7 +31,7 @@ def faust_app(
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=DEAD_LETTER_MAX_BYTES,  # a dead letter is a record plus its reason
-        topic_replication_factor=1,
+        topic_replication_factor=settings.topic_replication,  # its group-leader topic
         topic_partitions=settings.events_partitions,
         broker_commit_every=200,
         broker_commit_interval=1.0,

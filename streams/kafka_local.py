@@ -2,16 +2,24 @@
 
 ``start`` is idempotent: a broker that already answers on the bootstrap address is reused, a
 stopped one is started again on its existing storage, a new one is formatted first.
+
+A bootstrap of several addresses is a local cluster of as many nodes (each broker and controller,
+the quorum all of them, one cluster id): node ``i`` listens on the ``i``-th address, its controller
+on ``ENGRAM_KAFKA_CONTROLLER_PORT + i``; the internal topics get replication ``min(3, nodes)`` and
+every topic ``min.insync.replicas=min(2, nodes)``, as in docker-compose.yml. ``start`` starts the
+nodes that do not answer (so it also restarts one that died), ``stop`` stops them all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shutil
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -53,14 +61,23 @@ def lib_dir(settings: Settings) -> Path:
     return settings.cache_dir / f"kafka-{settings.kafka_version}" / "lib"
 
 
-def broker_dir(settings: Settings) -> Path:
-    return settings.data_dir / "kafka"
+def broker_dir(settings: Settings, node: int = 0) -> Path:
+    """Node ``node``'s storage, pid and logs (the first node's is where a single broker's always was)."""
+    return settings.data_dir / ("kafka" if node == 0 else f"kafka-{node + 1}")
 
 
-def _host_port(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0]
-    host, _, port = first.rpartition(":")
-    return host or "127.0.0.1", int(port)
+def addresses(settings: Settings) -> list[tuple[str, int]]:
+    """The local nodes' (host, port): one per bootstrap address."""
+    found = []
+    for address in settings.kafka_bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        found.append((host or "127.0.0.1", int(port)))
+    return found
+
+
+def node_bootstrap(settings: Settings, node: int) -> str:
+    host, port = addresses(settings)[node]
+    return f"{host}:{port}"
 
 
 def ensure_jars(settings: Settings) -> Path:
@@ -118,26 +135,32 @@ def run_tool(settings: Settings, tool: str, args: list[str]) -> int:
     return subprocess.call([*cmd, *args])
 
 
-def _server_properties(settings: Settings) -> str:
-    host, port = _host_port(settings.kafka_bootstrap)
+def _server_properties(settings: Settings, node: int = 0) -> str:
+    nodes = addresses(settings)
+    host, port = nodes[node]
     cport = settings.kafka_controller_port
+    voters = ",".join(f"{i + 1}@{h}:{cport + i}" for i, (h, _) in enumerate(nodes))
+    replicas, min_isr = min(3, len(nodes)), min(2, len(nodes))
     return "\n".join(
         [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@{host}:{cport}",
-            f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            f"node.id={node + 1}",
+            f"controller.quorum.voters={voters}",
+            f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport + node}",
             f"advertised.listeners=PLAINTEXT://{host}:{port}",
             "controller.listener.names=CONTROLLER",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name=PLAINTEXT",
-            f"log.dirs={broker_dir(settings) / 'logs'}",
+            f"log.dirs={broker_dir(settings, node) / 'logs'}",
             "num.partitions=1",
             "auto.create.topics.enable=false",
-            "offsets.topic.replication.factor=1",
+            f"offsets.topic.replication.factor={replicas}",
             "offsets.topic.num.partitions=4",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            f"transaction.state.log.replication.factor={replicas}",
+            f"transaction.state.log.min.isr={min_isr}",
+            # acks=all is acknowledged once this many replicas hold a write: one node may be down
+            f"min.insync.replicas={min_isr}",
+            "unclean.leader.election.enable=false",
             "group.initial.rebalance.delay.ms=0",
             # engram's topics keep everything (retention.ms=-1), so checking often costs nothing; a
             # topic given a retention (the archive's tests) loses its old segments within a second
@@ -166,8 +189,8 @@ def answers(bootstrap: str, timeout: float = 2.0) -> bool:
     return asyncio.run(_answers(bootstrap, timeout))
 
 
-def _pid_file(settings: Settings) -> Path:
-    return broker_dir(settings) / "broker.pid"
+def _pid_file(settings: Settings, node: int = 0) -> Path:
+    return broker_dir(settings, node) / "broker.pid"
 
 
 def status(settings: Settings) -> BrokerStatus:
@@ -175,19 +198,22 @@ def status(settings: Settings) -> BrokerStatus:
     return BrokerStatus(answers(settings.kafka_bootstrap), pid, settings.kafka_bootstrap)
 
 
-def start(settings: Settings, *, timeout: float = 90.0) -> float:
-    """Start (or reuse) the local broker; return the seconds it took to answer."""
-    began = time.monotonic()
-    if answers(settings.kafka_bootstrap):
-        log.info("kafka already answering on %s; reusing it", settings.kafka_bootstrap)
-        return 0.0
-    ensure_jars(settings)
-    bdir = broker_dir(settings)
+def _cluster_id(settings: Settings) -> str:
+    """The id a node already formatted carries (every node of a cluster shares it), else a new one."""
+    for node in range(len(addresses(settings))):
+        meta = broker_dir(settings, node) / "logs" / "meta.properties"
+        if meta.exists() and (found := re.search(r"^cluster\.id=(\S+)$", meta.read_text(), re.M)):
+            return found.group(1)
+    return uuid.uuid4().hex[:22]
+
+
+def _launch(settings: Settings, node: int, cluster_id: str) -> subprocess.Popen[bytes]:
+    """Write node ``node``'s properties, format its storage if new, and start it (not waiting)."""
+    bdir = broker_dir(settings, node)
     bdir.mkdir(parents=True, exist_ok=True)
     props = bdir / "server.properties"
-    props.write_text(_server_properties(settings))
+    props.write_text(_server_properties(settings, node))
     if not (bdir / "logs" / "meta.properties").exists():
-        cluster_id = uuid.uuid4().hex[:22]
         fmt = _java(
             settings,
             STORAGE_TOOL,
@@ -214,22 +240,48 @@ def start(settings: Settings, *, timeout: float = 90.0) -> float:
         str(props),
         log4j="log4j2.properties",
     )
-    proc = local_process.launch(cmd, bdir / "kafka.out", _pid_file(settings))
-    return local_process.wait_until_answering(
-        proc,
-        lambda: answers(settings.kafka_bootstrap, timeout=1.0),
-        name="broker",
-        where=settings.kafka_bootstrap,
-        began=began,
-        timeout=timeout,
-        poll=0.25,
-        out=bdir / "kafka.out",
-        log_file=bdir / "kafka.log",
-        pid_file=_pid_file(settings),
-        error=KafkaError,
-    )
+    return local_process.launch(cmd, bdir / "kafka.out", _pid_file(settings, node))
+
+
+def start(settings: Settings, *, timeout: float = 90.0) -> float:
+    """Start (or reuse) the local broker, or each node of a local cluster that does not answer (all
+    launched before any is waited for: a node answers once a quorum of controllers runs); return
+    the seconds it took until each answered."""
+    began = time.monotonic()
+    nodes = range(len(addresses(settings)))
+    down = [n for n in nodes if not answers(node_bootstrap(settings, n))]
+    if not down:
+        log.info("kafka already answering on %s; reusing it", settings.kafka_bootstrap)
+        return 0.0
+    ensure_jars(settings)
+    cluster_id = _cluster_id(settings)
+    launched = [(n, _launch(settings, n, cluster_id)) for n in down]
+    for node, proc in launched:
+        bdir = broker_dir(settings, node)
+        where = node_bootstrap(settings, node)
+        local_process.wait_until_answering(
+            proc,
+            lambda where=where: answers(where, timeout=1.0),
+            name="broker" if len(nodes) == 1 else f"broker {node + 1}",
+            where=where,
+            began=began,
+            timeout=timeout,
+            poll=0.25,
+            out=bdir / "kafka.out",
+            log_file=bdir / "kafka.log",
+            pid_file=_pid_file(settings, node),
+            error=KafkaError,
+        )
+    return time.monotonic() - began
 
 
 def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
-    """Stop the broker this project started; False when none of ours was running."""
-    return local_process.stop(_pid_file(settings), name="broker", timeout=timeout, poll=0.2)
+    """Stop the broker (every node) this project started, the nodes together (one stopped after the
+    others would wait for a quorum that is gone); False when none of ours was running."""
+    nodes = range(len(addresses(settings)))
+
+    def one(node: int) -> bool:
+        return local_process.stop(_pid_file(settings, node), name="broker", timeout=timeout, poll=0.2)
+
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        return any(list(pool.map(one, nodes)))

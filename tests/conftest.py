@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that needs the broker or s3proxy is an integration test (``-m "not integration"``
     skips them)."""
     for item in items:
-        if {"broker", "private_broker", "s3"} & set(getattr(item, "fixturenames", ())):
+        if {"broker", "private_broker", "private_cluster", "s3"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 
@@ -77,6 +78,38 @@ def private_broker(tmp_path: Path) -> Iterator[Settings]:
     kafka_local.start(own)
     yield own
     kafka_local.stop(own)
+
+
+def _free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free ports (a local cluster's controllers take ``port + i``)."""
+    while True:
+        first = free_port()
+        try:
+            for port in range(first, first + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+
+
+@pytest.fixture
+def private_cluster(tmp_path: Path) -> Iterator[Settings]:
+    """Three nodes (each broker and controller, heap 256m) on ports of their own, storage under the
+    test's directory, with the settings a user of such a cluster sets: every address in the
+    bootstrap, topics created with replication 3 (the nodes require min.insync.replicas=2)."""
+    base = load_settings()
+    own = load_settings(
+        cache_dir=base.cache_dir,
+        data_dir=tmp_path / "cluster",
+        kafka_bootstrap=",".join(f"127.0.0.1:{free_port()}" for _ in range(3)),
+        kafka_controller_port=_free_ports(3),
+        kafka_heap="256m",
+        topic_replication=3,
+    )
+    kafka_local.start(own)
+    yield own
+    kafka_local.stop(own, timeout=1.0)  # its storage is thrown away: no need to wait for a clean stop
 
 
 @pytest.fixture
