@@ -2,8 +2,11 @@
 interactive, in a real headless Chromium (the system's, through Playwright).
 
 For each size in ``--sizes``: one `engram serve` (real broker, its own topics, the hashing
-embedder) holding the demo tenant and ``size`` more company memories, appended by `engram produce
---no-embed` (``bench/agent_turn.py``'s tenant). Then ``--loads`` first loads of the context page
+embedder) holding the demo tenant (through the log, `engram produce`) and ``size`` more company
+memories (``bench/agent_turn.py``'s), bulk-loaded into the stopped server's store through the
+projection's own ``plan`` and materialised once, as ``bench/recall.py`` builds its tenant (through
+HTTP or the log this machine applies ~40 memories/s: 100k would take most of an hour); the search
+indexes catch up with the store when opened. Then ``--loads`` first loads of the context page
 for a question (a new browser context each time: empty cache, the session cookie set), and of the
 memories page, each: bytes transferred (every response's headers and body, as Chromium counts
 them), the navigation's ``domInteractive`` and ``loadEventEnd``, and the wall clock until the
@@ -26,11 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from engram.api.auth import mint
+from engram.projections.plan import no_facts, plan
+from engram.projections.stores import TenantStores
+from engram.schemas.events import Position, event_from_json
 from engram.streams import kafka_local
+from engram.streams.embedder import embedding_text, load_embedder
 from engram.streams.topics import ensure_topics
 from playwright.sync_api import sync_playwright
 
-from bench.agent_turn import TENANT, USER, build
+from bench.agent_turn import TENANT, TOPICS, USER, build
 from engram.harness import Server, isolated_settings
 from engram.settings import load_settings
 
@@ -71,6 +78,49 @@ def load(browser: Any, url: str, token: str, path: str) -> dict[str, float]:
     }
 
 
+def bulk(settings: Any, n: int) -> dict[str, Any]:
+    """``n`` company memories appended to the tenant's store after its log's end, with their
+    hashing embeddings, through ``plan`` (no checks against the store: fresh ids), materialised once;
+    the indexes then catch up. The server must be stopped (one opener per store)."""
+    embedder = load_embedder(os.environ["ENGRAM_EMBEDDER"])
+    stores = TenantStores(settings.tenants_dir, vectors=(embedder.name, embedder.dim))
+    graph = stores.get(TENANT)
+    at = graph.checkpoint() if graph is not None else None
+    assert graph is not None and at is not None, "the demo tenant is not there"
+    now_ms = int(time.time() * 1000)
+    started = time.perf_counter()
+    quads: list[Any] = []
+    for lo in range(0, n, 10_000):
+        chunk = range(lo, min(n, lo + 10_000))
+        memories = []
+        for i in chunk:
+            topic = TOPICS[i % len(TOPICS)]
+            label = f"{topic.title()} note {i}"
+            content = f"Note {i} about {topic}: decided in review {i // 7}, owner team {i % 5}."
+            memories.append((i, label, content))
+        vectors = embedder.embed([embedding_text(label, content) for _, label, content in memories])
+        for (i, label, content), vec in zip(memories, vectors, strict=True):
+            payload = {
+                "memory_id": f"bench-{i}", "label": label, "content": content, "kind": "fact",
+                "scope": "company", "importance": 2 + i % 3, "embedding": [float(x) for x in vec],
+                "embedding_model": embedder.name,
+            }  # fmt: skip
+            event = event_from_json(
+                {"type": "MemoryRemembered", "tenant": TENANT, "source": "operator",
+                 "actor": {"id": USER, "role": "operator"}, "payload": payload}
+            )  # fmt: skip
+            quads += plan(event, Position(at.partition, at.offset + 1 + i, now_ms + i), no_facts()).adds
+    graph.store.bulk_extend(quads)
+    graph.rematerialize()
+    graph.flush()
+    load_s = time.perf_counter() - started
+    started = time.perf_counter()
+    assert stores.indexes(TENANT) is not None
+    index_s = time.perf_counter() - started
+    stores.close()
+    return {"memories": n, "bulk_load_s": round(load_s, 1), "index_catch_up_s": round(index_s, 1)}
+
+
 def summary(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return {
         k: {"min": min(r[k] for r in runs), "median": statistics.median(r[k] for r in runs)} for k in runs[0]
@@ -85,8 +135,15 @@ def run_size(base: Any, n: int, loads: int, chromium: str) -> dict[str, Any]:
         server = Server(settings, Path(tmp) / "server.log").start()
         try:
             server.wait_ready()
-            say(f"{n} memories: building")
-            built = build(server, Path(tmp), n)
+            say(f"{n} memories: the demo tenant through the log")
+            built = build(server, Path(tmp), 0)
+        finally:
+            server.stop()
+        say(f"{n} memories: bulk-loading")
+        built |= bulk(settings, n)
+        server = Server(settings, Path(tmp) / "server2.log").start()
+        try:
+            server.wait_ready(timeout=600)
             say(f"{n} memories: built {built}; {loads} first loads per page, interleaved")
             token = mint(settings, TENANT, role="operator", user=USER)
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in PAGES}

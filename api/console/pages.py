@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 PAGE = 50  # memories, events and proposals per page
 TIMELINE_MAX = 50  # events of one memory's timeline read from the log
+LIGHT = {"explain": "false"}  # lists show statuses, never derivations: the list route's cheap form
 STATUS_PREDICATES = {"budget": "budgetStatus", "target": "targetStatus"}  # context's status -> justify's
 
 
@@ -133,7 +134,7 @@ async def memories(c: Console, request: Request, s: Session) -> Response:
                 raise Refused(answer.status_code, message(answer))
             rows, count = answer.json()["data"], len(answer.json()["data"])
         else:
-            params = {k: val for k, val in chosen.items() if val} | {"limit": PAGE, "offset": offset}
+            params = {k: val for k, val in chosen.items() if val} | LIGHT | {"limit": PAGE, "offset": offset}
             page = await c.get(request, s, "/memories", params)
             rows, count = page["data"], page["count"]
     except Refused as exc:
@@ -240,8 +241,18 @@ async def live(
     others, from the context's snapshot)."""
     bundle, caps, targets = await asyncio.gather(
         c.get(request, s, "/context"),
-        c.get(request, s, "/memories", {"class": "BudgetConstraintMemory", "active": "true", "limit": PAGE}),
-        c.get(request, s, "/memories", {"class": "PerformanceTargetMemory", "active": "true", "limit": PAGE}),
+        c.get(
+            request,
+            s,
+            "/memories",
+            LIGHT | {"class": "BudgetConstraintMemory", "active": "true", "limit": PAGE},
+        ),
+        c.get(
+            request,
+            s,
+            "/memories",
+            LIGHT | {"class": "PerformanceTargetMemory", "active": "true", "limit": PAGE},
+        ),
     )
     series: dict[str, dict[str, float]] = {}
     if s.who.sees_everything:
@@ -294,7 +305,7 @@ async def proposals(
 async def decisions(c: Console, request: Request, s: Session) -> Response:
     """The decisions that relied on a constraint, breaches flagged: the constraints to choose from
     are the objectives the principal may see."""
-    objectives = await c.get(request, s, "/memories", {"kind": "objective", "limit": PAGE})
+    objectives = await c.get(request, s, "/memories", LIGHT | {"kind": "objective", "limit": PAGE})
     chosen = request.query_params.get("relied_on", "")
     rows: list[dict[str, Any]] = []
     error, status = None, 200
