@@ -28,9 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from engram.api.auth import mint
+from engram.api.routes.memories import with_derived, without_derivations
 from engram.projections.plan import no_facts, plan
+from engram.projections.read import get_memory, list_memory_ids
 from engram.projections.stores import TenantStores
+from engram.projections.visibility import Principal, may_see_memory, sight
 from engram.schemas.events import Position, event_from_json
 from engram.streams import kafka_local
 from engram.streams.embedder import embedding_text, load_embedder
@@ -121,6 +125,91 @@ def bulk(settings: Any, n: int) -> dict[str, Any]:
     return {"memories": n, "bulk_load_s": round(load_s, 1), "index_catch_up_s": round(index_s, 1)}
 
 
+LIST_PAGE = 50  # the console's page of memories
+
+
+def timed(fn: Any) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one call (this process)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
+
+
+def list_in_process(settings: Any, reps: int) -> dict[str, Any]:
+    """The list route's two costs, old and new side by side (interleaved) on the stopped server's
+    store: a page of 50 memories with every derivation explained vs without (per memory), and a
+    user's visible count by reading every memory (the old route) vs by the list query (the new)."""
+    stores = TenantStores(settings.tenants_dir)
+    graph = stores.get(TENANT)
+    assert graph is not None
+    who = Principal("sam", frozenset({"growth"}))
+    sees = sight(graph, who)
+    page = [m for i in list_memory_ids(graph)[:LIST_PAGE] if (m := get_memory(graph, i, sees))]
+
+    def count_before() -> int:
+        ids = list_memory_ids(graph)
+        return len(
+            [m for i in ids if (m := get_memory(graph, i, sees)) is not None and may_see_memory(who, m)]
+        )
+
+    assert count_before() == len(list_memory_ids(graph, seen_by=who))
+    cases = {
+        "page_explained": lambda: [with_derived(graph, m, sees) for m in page],
+        "page_light": lambda: [without_derivations(graph, m, sees) for m in page],
+        "user_count_reading_each_memory": count_before,
+        "user_count_by_the_query": lambda: list_memory_ids(graph, seen_by=who),
+    }
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    for _ in range(reps):
+        for name, fn in cases.items():
+            runs[name].append(timed(fn))
+    stores.close()
+    out: dict[str, Any] = {}
+    for name, rs in runs.items():
+        walls, cpus = [w for w, _ in rs], [c for _, c in rs]
+        out[name] = {"wall_ms": {"min": round(min(walls), 1), "median": round(statistics.median(walls), 1)},
+                     "cpu_ms_median": round(statistics.median(cpus), 1)}  # fmt: skip
+    for name in ("page_explained", "page_light"):
+        out[name]["per_memory_ms"] = round(out[name]["wall_ms"]["median"] / len(page), 2)
+    return out
+
+
+def server_cpu_s(server: Server) -> float:
+    """The server process's CPU seconds so far (Linux)."""
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def list_over_http(server: Server, reps: int) -> dict[str, Any]:
+    """``GET …/memories`` (a page of 50) for an operator and a user, with and without
+    derivations, interleaved: wall ms and the server's CPU ms per request."""
+    client = httpx.Client(timeout=300)
+    url = f"{server.url}/v1/tenants/{TENANT}/memories"
+    principals = {"operator": server.bearer(TENANT, role="operator", user=USER),
+                  "user": server.bearer(TENANT, role="user", user="sam", teams=["growth"])}  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(reps):
+        for who, headers in principals.items():
+            for explain in ("true", "false"):
+                cpu, wall = server_cpu_s(server), time.perf_counter()
+                r = client.get(url, params={"limit": LIST_PAGE, "explain": explain}, headers=headers)
+                wall_ms = (time.perf_counter() - wall) * 1e3
+                r.raise_for_status()
+                runs.setdefault(f"{who} explain={explain}", []).append(
+                    (wall_ms, (server_cpu_s(server) - cpu) * 1e3)
+                )
+    return {
+        name: {
+            "wall_ms": {
+                "min": round(min(w for w, _ in rs), 1),
+                "median": round(statistics.median(w for w, _ in rs), 1),
+            },
+            "server_cpu_ms_median": round(statistics.median(c for _, c in rs), 1),
+        }
+        for name, rs in runs.items()
+    }
+
+
 def summary(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return {
         k: {"min": min(r[k] for r in runs), "median": statistics.median(r[k] for r in runs)} for k in runs[0]
@@ -141,10 +230,14 @@ def run_size(base: Any, n: int, loads: int, chromium: str) -> dict[str, Any]:
             server.stop()
         say(f"{n} memories: bulk-loading")
         built |= bulk(settings, n)
+        say(f"{n} memories: the list route in process, old and new side by side")
+        in_process = list_in_process(settings, loads)
         server = Server(settings, Path(tmp) / "server2.log").start()
         try:
             server.wait_ready(timeout=600)
-            say(f"{n} memories: built {built}; {loads} first loads per page, interleaved")
+            say(f"{n} memories: built {built}; the list route over HTTP")
+            over_http = list_over_http(server, loads)
+            say(f"{n} memories: {loads} first loads per page, interleaved")
             token = mint(settings, TENANT, role="operator", user=USER)
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in PAGES}
             with sync_playwright() as p:
@@ -156,7 +249,10 @@ def run_size(base: Any, n: int, loads: int, chromium: str) -> dict[str, Any]:
                 browser.close()
         finally:
             server.stop()
-    return {"memories": n, "build": built, "loads": loads, "pages": {k: summary(v) for k, v in runs.items()}}
+    return {
+        "memories": n, "build": built, "loads": loads, "pages": {k: summary(v) for k, v in runs.items()},
+        "list_route": {"in_process": in_process, "http": over_http},
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -170,6 +266,7 @@ def main() -> int:
         return 2
     base = load_settings()
     kafka_local.start(base)
+    load_before = os.getloadavg()
     runs = [run_size(base, int(n), args.loads, chromium) for n in args.sizes.split(",")]
     largest = runs[-1]["pages"]["context"]
     result = {
@@ -179,6 +276,7 @@ def main() -> int:
         "largest": runs[-1]["memories"],
         "context_bytes": largest["bytes"]["median"],
         "context_interactive_ms": largest["interactive_ms"]["median"],
+        "load_average_before_after": [round(x, 2) for x in (*load_before, *os.getloadavg())],
     }
     print(json.dumps(result, indent=2))
     return 0
