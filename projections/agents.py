@@ -179,6 +179,17 @@ def decisions_relying_on(graph: TenantGraph, memory_id: str, who: Principal, see
     return [decision_id for _, decision_id in sorted(found)]
 
 
+def decisions_seen(graph: TenantGraph, who: Principal) -> list[str]:
+    """Every decision ``who`` may see (its acting user's; all, for operators and auditors), in
+    log order."""
+    found = []
+    for q in graph.store.quads_for_pattern(None, RDF_TYPE, e("DecisionRecord"), ASSERTED):
+        decision_id = q.subject.value.rsplit(":", 1)[-1]
+        if may_see_node(graph, who, "decision", decision_id):
+            found.append((_one(graph, agent_iri("decision", decision_id), "logOffset") or 0, decision_id))
+    return [decision_id for _, decision_id in sorted(found)]
+
+
 # -- plans against the stored constraints ---------------------------------------------------
 
 

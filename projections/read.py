@@ -15,7 +15,7 @@ from engram.projections.explain import show
 from engram.projections.plan import GraphState
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
-from engram.projections.visibility import MemoryFilter, everything
+from engram.projections.visibility import MemoryFilter, Principal, everything, may_see
 from engram.schemas import sealing
 from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Variable
@@ -30,9 +30,15 @@ def list_memory_ids(
     scope: str | None = None,
     memory_class: str | None = None,
     active: bool | None = None,
+    seen_by: Principal | None = None,
 ) -> list[str]:
-    """Ids of the memories matching every given filter, newest first."""
+    """Ids of the memories matching every given filter, newest first; with ``seen_by``, only those
+    it may see (``may_see``), decided from the scope and holders read by the same query (and the
+    teams of team memories by a lookup each), not by reading each memory."""
     patterns = ["?m e:memoryId ?id ; e:recordedAt ?at ."]
+    sight = seen_by is not None and not seen_by.sees_everything
+    if sight:
+        patterns.append("?m e:scope ?vscope . OPTIONAL { ?m e:stakeholderUser ?vuser }")
     subs: dict[Variable, Any] = {}
     if kind is not None:
         patterns.append("?m e:kind ?kind .")
@@ -48,11 +54,24 @@ def list_memory_ids(
     elif active is False:
         patterns.append("FILTER NOT EXISTS { ?m a e:ActiveMemory }")
     # oxigraph substitutes only projected variables, so the filters are projected too
-    projected = " ".join(["?id", *(f"?{var.value}" for var in subs)])
+    projected = " ".join(["?id", *(f"?{var.value}" for var in subs), *(["?vscope ?vuser"] if sight else [])])
     query = f"SELECT {projected} WHERE {{ {' '.join(patterns)} }} ORDER BY DESC(?at) ?id"
     # classes and activity are read from asserted and inferred facts together
     rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs, default_graph=[ASSERTED, INFERRED])
-    return [row["id"].value for row in rows]  # type: ignore[union-attr]
+    if not sight:
+        return [row["id"].value for row in rows]  # type: ignore[union-attr]
+    assert seen_by is not None
+    out = []
+    for row in rows:  # type: ignore[union-attr]
+        scope, user, memory_id = row["vscope"].value, row["vuser"], row["id"].value
+        teams = (
+            frozenset(q.object.value for q in graph.store.quads_for_pattern(
+                memory_iri(memory_id), e("stakeholderTeam"), None, ASSERTED))
+            if scope == v.Scope.TEAM else frozenset()
+        )  # fmt: skip
+        if may_see(seen_by, scope, user.value if user is not None else None, teams):
+            out.append(memory_id)
+    return out
 
 
 def onboarded(graph: TenantGraph) -> dict[str, list[str]]:

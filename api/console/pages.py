@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 PAGE = 50  # memories, events and proposals per page
 TIMELINE_MAX = 50  # events of one memory's timeline read from the log
+LIGHT = {"explain": "false"}  # lists show statuses, never derivations: the list route's cheap form
 STATUS_PREDICATES = {"budget": "budgetStatus", "target": "targetStatus"}  # context's status -> justify's
 
 
@@ -31,7 +32,7 @@ def routes(c: Console) -> list[Route]:
         Route("/", lambda r: RedirectResponse("/console/context", status_code=303)),
         Route("/signin", c.public(signin_form), methods=["GET"]),
         Route("/signin", c.public(signin), methods=["POST"]),
-        Route("/signout", signout, methods=["POST"]),
+        Route("/signout", c.page(lambda r, s: signout(r), write=True), methods=["POST"]),
         Route("/context", c.page(lambda r, s: context(c, r, s))),
         Route("/memories", c.page(lambda r, s: memories(c, r, s))),
         Route("/memories/new", c.page(lambda r, s: new_memory(c, r, s))),
@@ -79,7 +80,7 @@ async def signin(c: Console, request: Request) -> Response:
 
 
 async def signout(request: Request) -> Response:
-    """Sign out (a POST: a link another site shows cannot sign anyone out)."""
+    """Sign out (a POST with the session's CSRF token: another site's page cannot sign anyone out)."""
     response = RedirectResponse("/console/signin", status_code=303)
     response.delete_cookie(sess.COOKIE, path=sess.PATH)
     return response
@@ -133,7 +134,7 @@ async def memories(c: Console, request: Request, s: Session) -> Response:
                 raise Refused(answer.status_code, message(answer))
             rows, count = answer.json()["data"], len(answer.json()["data"])
         else:
-            params = {k: val for k, val in chosen.items() if val} | {"limit": PAGE, "offset": offset}
+            params = {k: val for k, val in chosen.items() if val} | LIGHT | {"limit": PAGE, "offset": offset}
             page = await c.get(request, s, "/memories", params)
             rows, count = page["data"], page["count"]
     except Refused as exc:
@@ -240,8 +241,18 @@ async def live(
     others, from the context's snapshot)."""
     bundle, caps, targets = await asyncio.gather(
         c.get(request, s, "/context"),
-        c.get(request, s, "/memories", {"class": "BudgetConstraintMemory", "active": "true", "limit": PAGE}),
-        c.get(request, s, "/memories", {"class": "PerformanceTargetMemory", "active": "true", "limit": PAGE}),
+        c.get(
+            request,
+            s,
+            "/memories",
+            LIGHT | {"class": "BudgetConstraintMemory", "active": "true", "limit": PAGE},
+        ),
+        c.get(
+            request,
+            s,
+            "/memories",
+            LIGHT | {"class": "PerformanceTargetMemory", "active": "true", "limit": PAGE},
+        ),
     )
     series: dict[str, dict[str, float]] = {}
     if s.who.sees_everything:
@@ -292,20 +303,24 @@ async def proposals(
 
 
 async def decisions(c: Console, request: Request, s: Session) -> Response:
-    """The decisions that relied on a constraint, breaches flagged: the constraints to choose from
-    are the objectives the principal may see."""
-    objectives = await c.get(request, s, "/memories", {"kind": "objective", "limit": PAGE})
+    """The decisions the principal may see, a page at a time, breaches flagged; or those that
+    relied on one objective (the objectives to choose from are those the principal may see)."""
+    objectives = await c.get(request, s, "/memories", LIGHT | {"kind": "objective", "limit": PAGE})
     chosen = request.query_params.get("relied_on", "")
-    rows: list[dict[str, Any]] = []
+    offset = request.query_params.get("offset", "0")
+    offset = int(offset) if offset.isdigit() else 0
+    params: dict[str, str | int] = {"limit": PAGE, "offset": offset} | (
+        {"relied_on": chosen} if chosen else {}
+    )
+    page: dict[str, Any] = {"data": [], "count": 0}
     error, status = None, 200
-    if chosen:
-        try:
-            rows = (await c.get(request, s, "/decisions", {"relied_on": chosen}))["data"]
-        except Refused as exc:
-            error, status = exc.message, exc.status
+    try:
+        page = await c.get(request, s, "/decisions", params)
+    except Refused as exc:
+        error, status = exc.message, exc.status
     return c.render(
         request, s, "decisions.html", status=status, error=error, objectives=objectives["data"],
-        chosen=chosen, rows=rows,
+        chosen=chosen, rows=page["data"], count=page["count"], offset=offset, page=PAGE,
     )  # fmt: skip
 
 

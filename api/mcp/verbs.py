@@ -185,7 +185,7 @@ VERBS: tuple[Verb, ...] = (
     Verb(
         "decisions_relying_on",
         "Which decisions relied on this memory (cited in relied_on, or associated as supports), "
-        "in log order.",
+        "in log order; without relied_on, every decision the caller may see (limit, offset).",
         "GET",
         "/decisions",
     ),

@@ -32,7 +32,7 @@ from engram.api.models.agents import (
 )
 from engram.api.routes.sessions import WRITES, answer
 from engram.api.routes.verbs import as_of_text
-from engram.projections.agents import decision, decisions_relying_on, may_see_node
+from engram.projections.agents import decision, decisions_relying_on, decisions_seen, may_see_node
 from engram.projections.justify import justify_decision
 from engram.projections.terms import e, memory_iri
 from engram.projections.visibility import sight
@@ -69,20 +69,28 @@ async def list_decisions(
     tenant: TenantId,
     graph: TenantStore,
     who: CurrentPrincipal,
-    relied_on: Annotated[str, Query(pattern=anchored(v.ID_RE.pattern), description="A memory id")],
+    relied_on: Annotated[
+        str | None,
+        Query(pattern=anchored(v.ID_RE.pattern), description="A memory id: only the decisions relying on it"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> DecisionsPublic:
-    """The decisions the principal may see that relied on the memory, in log order; a memory the
-    principal may not see is 404, as one that does not exist."""
-    sees = sight(graph, who) if graph is not None else None
-    if (
-        graph is None
-        or sees is None
-        or not sees(relied_on)
-        or not graph.objects(memory_iri(relied_on), e("memoryId"))
-    ):
+    """The decisions the principal may see (with ``relied_on``: that relied on the memory), in log
+    order, a page at a time with ``count`` of them all; a ``relied_on`` memory the principal may not
+    see is 404, as one that does not exist."""
+    if graph is None:
+        if relied_on is None:
+            return DecisionsPublic(data=[], count=0)
         raise not_found(f"memory {relied_on}", ["query", "relied_on"])
-    ids = decisions_relying_on(graph, relied_on, who, sees)
-    data = [NarrativeItem.model_validate(decision(graph, i, sees)) for i in ids]
+    sees = sight(graph, who)
+    if relied_on is None:
+        ids = decisions_seen(graph, who)
+    elif sees(relied_on) and graph.objects(memory_iri(relied_on), e("memoryId")):
+        ids = decisions_relying_on(graph, relied_on, who, sees)
+    else:
+        raise not_found(f"memory {relied_on}", ["query", "relied_on"])
+    data = [NarrativeItem.model_validate(decision(graph, i, sees)) for i in ids[offset : offset + limit]]
     return DecisionsPublic(data=data, count=len(ids))
 
 

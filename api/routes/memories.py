@@ -40,11 +40,12 @@ from engram.api.models import (
     Scope,
     SupersedeRequest,
 )
-from engram.projections.explain import derived_for_memory, inferred_about
+from engram.projections.conflict_sets import conflict_quads
+from engram.projections.explain import derived_for_memory, inferred_about, show
 from engram.projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import memory_iri
-from engram.projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, sight
+from engram.projections.terms import INFERRED, RDF_TYPE, memory_iri
+from engram.projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, shown, sight
 from engram.schemas import vocabulary as v
 from fastapi import APIRouter, Depends, Query
 
@@ -70,21 +71,30 @@ async def list_memories(
     as_of: AsOfParam = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    explain: Annotated[
+        bool,
+        Query(
+            description="false: each memory without `derived` (its statuses, classes and conflicts "
+            "kept): a list page's cheap form; a memory's own route explains"
+        ),
+    ] = True,
 ) -> MemoriesPublic:
+    """The memories the principal may see matching every filter, newest first, a page at a time,
+    with ``count`` of them all (decided by one query: no memory is read beyond the page)."""
     if as_of is not None:
         graph = (await past_stores(runtime, tenant, as_of)).graph
     if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
         return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
-    ids = list_memory_ids(graph, kind=kind, scope=scope, memory_class=memory_class, active=active)
+    ids = list_memory_ids(
+        graph, kind=kind, scope=scope, memory_class=memory_class, active=active, seen_by=who
+    )
     if valid_at is not None:
         ids = [i for i in ids if held_at(graph, i, valid_at)]
     sees = sight(graph, who)
-    if who.sees_everything:  # every memory: read only the page
-        count, page = len(ids), [get_memory(graph, i, sees) for i in ids[offset : offset + limit]]
-    else:  # each memory is read once, to decide whether it is seen, and the page is taken from those
-        seen = [m for i in ids if (m := get_memory(graph, i, sees)) is not None and may_see_memory(who, m)]
-        count, page = len(seen), list(seen[offset : offset + limit])
-    return MemoriesPublic(data=[with_derived(graph, m, sees) for m in page if m], count=count)
+    page = [m for i in ids[offset : offset + limit] if (m := get_memory(graph, i, sees))]
+    page = [m for m in page if may_see_memory(who, m)]  # decided by the query already; kept as a guard
+    answer = with_derived if explain else without_derivations
+    return MemoriesPublic(data=[answer(graph, m, sees) for m in page], count=len(ids))
 
 
 def visible(graph: TenantGraph | None, memory_id: str, who: Principal) -> tuple[dict[str, Any], MemoryFilter]:
@@ -109,6 +119,21 @@ def with_derived(graph: TenantGraph, memory: dict[str, Any], sees: MemoryFilter)
         statuses=memory_statuses(graph, memory["id"]),
         conflicts_with=sorted(d["value"] for d in derived if d["predicate"] == "conflictsWith"),
         derived=derived,
+    )
+
+
+def without_derivations(graph: TenantGraph, memory: dict[str, Any], sees: MemoryFilter) -> MemoryPublic:
+    """The memory's answer without ``derived`` (what explaining each fact costs): its classes and
+    statuses as the rules concluded them, its conflicts with the memories ``sees`` lets through."""
+    m = memory_iri(memory["id"])
+    inferred = {show(q.object) for q in graph.store.quads_for_pattern(m, RDF_TYPE, None, INFERRED)}
+    return MemoryPublic(
+        **memory,
+        classes=sorted({memory["memory_class"], *inferred}),
+        statuses=memory_statuses(graph, memory["id"]),
+        conflicts_with=sorted(
+            show(q.object) for q in conflict_quads(graph.store, m) if shown(q.object, sees)
+        ),
     )
 
 

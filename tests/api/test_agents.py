@@ -204,6 +204,12 @@ def test_a_session_its_narrative_and_the_decision_flagged(server: Server) -> Non
     relied = get(server, "/decisions", SAM_AGENT, relied_on="meta-cap").json()
     assert [d["id"] for d in relied["data"]] == ["more-meta"] and relied["count"] == 1
     assert get(server, "/decisions", ANN, relied_on="meta-cap").json()["count"] == 0  # sam's decision
+    # without relied_on: every decision the reader may see, a page at a time
+    assert [d["id"] for d in get(server, "/decisions", SAM).json()["data"]] == ["more-meta"]
+    assert get(server, "/decisions", ANN).json() == {"data": [], "count": 0}
+    every = get(server, "/decisions", limit=1).json()
+    assert every["count"] >= 1 and len(every["data"]) == 1
+    assert get(server, "/decisions", limit=0).status_code == 422
     late = post(server, f"/sessions/{session}/tool-calls", call | {"episode_id": None}, SAM_AGENT)
     assert late.status_code == 409 and "has ended" in late.text
     # another user's session, decision and memory are answered exactly as missing ones

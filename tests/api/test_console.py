@@ -8,7 +8,8 @@ move the as-of slider, forget with a reason, accept a proposal, a legal hold tha
 resolve a conflict by policy, onboard a fact, a refusal shown inline with the
 API's words, a form without the session's CSRF token refused, and a user's token that sees only
 what it may (no audit, no forget, not another user's memory). Every page is screenshotted to
-tests/artifacts/ and checked for unlabelled controls with Chromium's own accessibility tree.
+tests/artifacts/ and checked by axe-core (no serious or critical violation) and for unlabelled
+controls with Chromium's own accessibility tree.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = REPO / "tests" / "artifacts"
+# axe-core (Deque, MPL-2.0; tests/api/assets/axe-core.LICENSE), a test asset, never in the package
+AXE = REPO / "tests" / "api" / "assets" / "axe.min.js"
 # roles whose nodes must have an accessible name (Chromium's computation, as a screen reader gets it)
 NAMED_ROLES = {
     "textbox", "searchbox", "combobox", "listbox", "slider", "spinbutton", "button", "checkbox",
@@ -97,7 +100,8 @@ def signed_in(srv: Server, browser: Any, t: str, role: str = "operator", user: s
 
 
 def shot(page: Any, name: str) -> None:
-    """A screenshot for people, and the accessibility check for every page: each control has a name."""
+    """A screenshot for people, and the accessibility checks for every page: axe-core finds no
+    serious or critical violation, and Chromium's own accessibility tree gives each control a name."""
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
     cdp = page.context.new_cdp_session(page)
@@ -113,6 +117,14 @@ def shot(page: Any, name: str) -> None:
     assert unnamed == [], f"{name}: controls without an accessible name: {unnamed}"
     assert page.evaluate("document.documentElement.lang") == "en"
     assert page.locator("h1").count() == 1, f"{name}: one h1 per page"
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate(
+        """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+            .filter(v => v.impact === "serious" || v.impact === "critical")
+            .map(v => ({id: v.id, impact: v.impact, help: v.help,
+                        nodes: v.nodes.slice(0, 3).map(n => n.target.join(" "))}))"""
+    )
+    assert found == [], f"{name}: axe-core's serious or critical violations: {found}"
 
 
 def test_sign_in_refuses_a_bad_token_and_keeps_a_good_one_out_of_scripts(srv: Server, browser: Any) -> None:
@@ -302,6 +314,9 @@ def test_a_form_without_the_sessions_csrf_token_is_refused(srv: Server, browser:
         assert r.status == 403 and "CSRF" in r.text()
     page.goto("/console/memories/markets")
     assert "forgotten" not in page.locator("h1").inner_text()
+    assert page.request.post("/console/signout", form={}).status == 403  # no sign-out from elsewhere
+    page.goto("/console/context")
+    assert page.url.endswith("/console/context")  # still signed in
     page.context.close()
 
 
@@ -337,7 +352,12 @@ def test_a_users_console_shows_and_offers_only_what_the_user_may(srv: Server, br
 def test_every_other_page_renders_for_an_operator(srv: Server, browser: Any) -> None:
     t = fresh()
     write(srv, t, "/memories", CAP)
+    over = {"platform": "meta", "amount": 50000, "currency": "USD", "period": "2026-12"}
+    write(srv, t, "/decisions", {"decision_id": "more-meta", "decision": "Spend 50k on Meta", "spend": over})
     page = signed_in(srv, browser, t)
+    page.goto("/console/decisions")  # every decision, no objective chosen: the breach flagged
+    assert "Spend 50k on Meta" in page.locator("tr.breach").inner_text()
+    assert "breached_constraint" in page.locator("tr.breach").inner_text()
     for name, path, heading in (
         ("decisions", "/console/decisions?relied_on=meta-cap", "Decisions"),
         ("onboarding", "/console/onboarding", "Onboarding"),

@@ -395,6 +395,52 @@ def fact(memory_id: str, label: str, scope: str = "company", **holders: Any) -> 
             "importance": 4, "scope": scope, "stakeholders": holders, "on_conflict": "keep_both"}  # fmt: skip
 
 
+def test_the_light_list_is_the_full_one_without_derivations_and_counts_what_each_reader_sees(
+    hidden: Server,
+) -> None:
+    """``explain=false`` drops only ``derived`` (classes, statuses, conflicts as the full answer
+    has them), and a user's count and pages are of what they may see, decided by the list query."""
+    server, tenant = hidden, f"light-{uuid.uuid4().hex[:8]}"
+    same = {"label": "Brand voice", "kind": "fact", "importance": 4, "on_conflict": "keep_both"}
+    for body in (
+        {**same, "memory_id": "co1", "content": "warm"},
+        {**same, "memory_id": "co2", "content": "formal"},  # a conflict with co1: same label
+        {"memory_id": "growths", "label": "Team", "content": "g", "kind": "fact", "importance": 3,
+         "scope": "team", "stakeholders": {"team_ids": ["growth"]}},
+        {"memory_id": "brands", "label": "Brand team", "content": "b", "kind": "fact", "importance": 3,
+         "scope": "team", "stakeholders": {"team_ids": ["brand"]}},
+    ):  # fmt: skip
+        written(post(server, tenant, "/memories", body))
+    mine = {"memory_id": "sams", "label": "Mine", "content": "s", "kind": "preference", "importance": 3,
+            "scope": "user", "stakeholders": {"user_id": "sam"}}  # fmt: skip
+    written(post(server, tenant, "/memories", mine, **SAM))
+
+    def page(principal: dict[str, Any], **params: Any) -> dict[str, Any]:
+        headers = server.bearer(tenant, **principal)
+        r = server.http.get(url(server, tenant, "/memories"), params=params, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    operator = {"role": "operator", "user": "dana"}
+    for who, seen in ((operator, 5), (SAM, 4), (ANN, 3)):
+        full, light = page(who), page(who, explain="false")
+        assert full["count"] == light["count"] == len(full["data"]) == seen
+        assert [{**m, "derived": []} for m in full["data"]] == light["data"]
+        assert any(m["derived"] for m in full["data"])
+        by_id = {m["id"]: m for m in light["data"]}
+        assert (
+            by_id["co1"]["conflicts_with"] == ["co2"]
+            and "BudgetConstraintMemory" not in by_id["co1"]["classes"]
+        )
+        pages = [page(who, explain="false", limit=2, offset=k) for k in range(0, seen, 2)]
+        assert {p["count"] for p in pages} == {seen}
+        assert [m["id"] for p in pages for m in p["data"]] == [m["id"] for m in light["data"]]
+    assert {m["id"] for m in page(SAM)["data"]} == {"co1", "co2", "sams", "growths"}
+    assert {m["id"] for m in page(ANN)["data"]} == {"co1", "co2", "brands"}
+    bad = server.http.get(url(server, tenant, "/memories"), params={"explain": "maybe"})
+    assert bad.status_code == 422 and "explain" in bad.text
+
+
 @pytest.fixture(scope="module")
 def linked(hidden: Server) -> tuple[Server, str]:
     """Tenant ``lnk`` on the module's server, with the links above; returns it and the log

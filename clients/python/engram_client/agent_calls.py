@@ -179,10 +179,15 @@ class VerbCalls(CallsBase):
             f"/decisions/{_id(decision_id)}/justify", DecisionJustification.model_validate, as_of=as_of
         )
 
-    def decisions(self, relied_on: str) -> Call[DecisionPage]:
+    def decisions(
+        self, relied_on: str | None = None, *, limit: int | None = None, offset: int | None = None
+    ) -> Call[DecisionPage]:
         """Which decisions relied on this memory (``GET …/decisions?relied_on=``): cited, or
-        associated as ``supports``, in log order."""
-        return self._read("/decisions", DecisionPage.model_validate, relied_on=relied_on)
+        associated as ``supports``, in log order; without ``relied_on``, every decision the
+        principal may see (a page: ``limit``, ``offset``)."""
+        return self._read(
+            "/decisions", DecisionPage.model_validate, relied_on=relied_on, limit=limit, offset=offset
+        )
 
     def associate(
         self,

@@ -236,8 +236,10 @@ class MemoryCalls(CallsBase):
         valid_at: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        explain: bool | None = None,
     ) -> Call[MemoryPage]:
-        """The memories the principal may see, filtered (``limit`` at most 1000)."""
+        """The memories the principal may see, filtered (``limit`` at most 1000); ``explain=False``
+        leaves each memory's ``derived`` out (statuses, classes and conflicts kept): far cheaper."""
         params = {
             "kind": kind,
             "scope": scope,
@@ -246,6 +248,7 @@ class MemoryCalls(CallsBase):
             "valid_at": valid_at,
             "limit": limit,
             "offset": offset,
+            "explain": explain,
         }
         return Call("GET", f"{self.root}/memories", MemoryPage.model_validate, params=_params(params))
 
