@@ -23,7 +23,8 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from engram.commands.answers import Conflicting, Invalid, LogUnavailable, NotFound, NotInTime, TooLarge
 from engram.projections.batch import Status
-from engram.projections.conversations import ConversationInfo, ConversationStore
+from engram.projections.conversation_rows import ConversationInfo
+from engram.projections.conversations import ConversationStore
 from engram.projections.progress import Progress
 from engram.projections.seams import Keys
 from engram.projections.visibility import Principal

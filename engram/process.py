@@ -31,7 +31,8 @@ from engram.api.runtime import Runtime
 from engram.commands.conversations import ConversationCommands
 from engram.commands.extraction import ExtractionSettings, ExtractionWorkflow
 from engram.commands.writes import Commands
-from engram.projections.conversations import Applied, ConversationStore
+from engram.projections.conversation_rows import Applied
+from engram.projections.conversations import ConversationStore
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.progress import Progress
 from engram.projections.sparql_sandbox import Sandbox

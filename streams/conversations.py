@@ -24,7 +24,8 @@ import faust
 from aiokafka import AIOKafkaProducer
 from engram.projections import governance
 from engram.projections.batch import Outcome, Status
-from engram.projections.conversations import Applied, ConversationStore
+from engram.projections.conversation_rows import Applied
+from engram.projections.conversations import ConversationStore
 from engram.projections.progress import Progress
 from engram.projections.seams import Keys
 from engram.projections.validation import PLAN_ERRORS, rejection_reason
