@@ -53,6 +53,15 @@ def _libc_trim() -> Callable[[int], int] | None:
 _MALLOC_TRIM = _libc_trim()
 
 
+def return_freed_memory() -> bool:
+    """Give glibc's freed memory back to the system (``malloc_trim(0)``, all its arenas: the
+    tantivy writers' threads leave theirs there too); False where there is no glibc."""
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
+
+
 class StoreLocked(Exception):
     """Another opener holds the tenant's store (RocksDB's lock): another process on this data dir."""
 

@@ -9,6 +9,10 @@ not on that path: a flusher commits each tenant's overlay once it is large or ol
 (``text_index.FLUSH_DOCS``, ``FLUSH_AFTER_S``), in a worker thread, one tenant at a time, resting
 after each as long as the commit took (at most half of one core under a backlog of many tenants).
 A pass that refreshed many memories rests likewise, so the next pass carries more.
+
+glibc keeps what the commits free (the writers' heaps, in the arenas of the threads that ran them)
+and the next commits seldom reuse it: RSS grew ~80 KB a write more with the indexes than without
+(``bench/memprobe.py``, issue 28). After commits, at most every ``TRIM_AFTER_S``, it is given back.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from dataclasses import dataclass
 
 from engram.projections.indexes import TenantIndexes
 from engram.projections.progress import Progress
-from engram.projections.stores import TenantStores
+from engram.projections.stores import TenantStores, return_freed_memory
 from engram.projections.tenant_graph import Outcome
 from engram.projections.text_index import FLUSH_AFTER_S
 from engram.schemas.events import Position
 
 log = logging.getLogger(__name__)
 MAX_REST_S = 2.0
+TRIM_AFTER_S = 5.0  # glibc's freed memory is returned after commits at most this often (0: never)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class Indexer:
         self._staged: dict[str, TenantIndexes] = {}  # tenants whose overlay holds changes
         self.passes = 0
         self.flushes = 0
+        self.trims = 0
+        self._trimmed = time.monotonic()
 
     def submit(
         self, tenant: str | None, position: Position, outcome: Outcome, memory_ids: tuple[str, ...]
@@ -118,6 +125,9 @@ class Indexer:
             self.flushes += written
             if not everything:  # at most half of a core: the projector and the API go on
                 await asyncio.sleep(min(MAX_REST_S, time.perf_counter() - started))
+        if done and TRIM_AFTER_S and time.monotonic() - self._trimmed >= TRIM_AFTER_S:
+            self._trimmed = time.monotonic()
+            self.trims += await asyncio.to_thread(return_freed_memory)
         return done
 
     async def _index(self, tenant: str, position: Position, touched: set[str]) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +24,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from engram.schemas import vocabulary as v
 
 ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
+# Unwrapped keys kept, the most recently used (~350 bytes each): every memory has a key of its own,
+# so an unbounded cache grew with every write for the life of the server (issue 28, ~0.35 KB per
+# write per key store; the server holds two). A miss reads and unwraps one small file.
+KEY_CACHE = 10_000
 
 
 class KeyErased(LookupError):
@@ -64,7 +69,7 @@ class KeyStore:
     def __init__(self, directory: Path, master: MasterKey | None = None) -> None:
         self.directory = directory
         self.master = master or LocalMasterKey(directory / "master.key")
-        self._cache: dict[tuple[str, str], bytes] = {}
+        self._cache: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._lock = threading.Lock()
 
     def _path(self, tenant: str, key_id: str) -> Path:
@@ -82,6 +87,7 @@ class KeyStore:
         with self._lock:
             found = self._cache.get((tenant, key_id))
             if found is not None:
+                self._cache.move_to_end((tenant, key_id))
                 return found
             path = self._path(tenant, key_id)
             if path.exists():
@@ -101,6 +107,8 @@ class KeyStore:
                 _sync_dir(path.parent)  # durable before any event sealed with it is on the log
                 key = self.master.decrypt(path.read_bytes(), self._context(tenant, key_id))
             self._cache[(tenant, key_id)] = key
+            if len(self._cache) > KEY_CACHE:
+                self._cache.popitem(last=False)
             return key
 
     def destroy(self, tenant: str, key_id: str) -> bool:

@@ -15,7 +15,7 @@ from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Status
 from engram.schemas import sealing
 from engram.schemas.events import Position
-from engram.streams import projector
+from engram.streams import keystore, projector
 from engram.streams.keystore import KeyErased, KeyStore, ReadOnlyKeys
 from engram.streams.pipeline import Pipeline
 
@@ -37,6 +37,18 @@ def test_keys_persist_are_wrapped_and_once_destroyed_are_never_made_again(tmp_pa
     with pytest.raises(KeyErased):
         KeyStore(tmp_path).data_key("acme", "memory/m1", create=True)
     assert ReadOnlyKeys(store).data_key("acme", "memory/m2", create=True) is None
+
+
+def test_the_cache_of_unwrapped_keys_is_bounded_and_a_key_it_dropped_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keystore, "KEY_CACHE", 3)
+    store = KeyStore(tmp_path)
+    made = [store.data_key("acme", f"memory/m{i}", create=True) for i in range(5)]
+    assert store.data_key("acme", "memory/m3") == made[3]  # used: kept over the older ones
+    store.data_key("acme", "memory/m5", create=True)
+    assert list(store._cache) == [("acme", "memory/m4"), ("acme", "memory/m3"), ("acme", "memory/m5")]
+    assert [store.data_key("acme", f"memory/m{i}") for i in range(5)] == made  # dropped: read again
 
 
 def records(lines: list[dict[str, Any]], keys: KeyStore) -> list[bytes]:
