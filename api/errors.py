@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engram.commands.answers import Refused
-from engram.projections.stores import StoreLocked
+from engram.projections.tenant_graph import StoreLocked
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from engram.projections.batch import AlreadyApplied, Outcome, Overlay, Status, Step, plan_batch, prepare
 from engram.projections.knowledge import Knowledge, load_knowledge
@@ -39,9 +40,10 @@ from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
 
 from engram import metrics
 
-__all__ = ["AlreadyApplied", "Outcome", "Planned", "Status", "Step", "TenantGraph"]
+__all__ = ["AlreadyApplied", "Outcome", "Planned", "Status", "Step", "StoreLocked", "TenantGraph", "opened"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -311,3 +313,23 @@ class TenantGraph:
         move()
         self.store = Store(str(self.path))
         self.generation += 1
+
+
+class StoreLocked(Exception):
+    """Another opener holds the tenant's store (RocksDB's lock): another process on this data dir."""
+
+    def __init__(self, tenant: str, cause: OSError) -> None:
+        super().__init__(
+            f"the store of tenant {tenant!r} is locked by another process using the same data "
+            f"directory ({str(cause)[:200]})"
+        )
+
+
+def opened(tenant: str, opener: Callable[[], _T]) -> _T:
+    """``opener()``, with RocksDB's lock error (another process has the store) as StoreLocked."""
+    try:
+        return opener()
+    except OSError as exc:
+        if "lock" in str(exc).lower():
+            raise StoreLocked(tenant, exc) from exc
+        raise

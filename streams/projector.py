@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from engram.projections.batch import Overlay, Step, plan_batch
 from engram.projections.read import evidence_turn_keys
-from engram.projections.stores import StoreLocked, TenantStores
-from engram.projections.tenant_graph import Outcome, Planned, Status, TenantGraph
+from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import Outcome, Planned, Status, StoreLocked, TenantGraph
 from engram.projections.validation import PLAN_ERRORS, rejection_reason
 from engram.schemas import payloads as ev
 from engram.schemas import sealing

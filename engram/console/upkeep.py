@@ -76,7 +76,8 @@ def rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def vacuum(settings: Settings, args: argparse.Namespace) -> int:
-    from engram.projections.stores import StoreLocked, TenantStores
+    from engram.projections.stores import TenantStores
+    from engram.projections.tenant_graph import StoreLocked
 
     stores = TenantStores(settings.tenants_dir)
     try:
