@@ -46,12 +46,12 @@ from engram_client import AsyncEngram
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from engram.console.stack import demo_envelopes
 from engram.harness import Server, isolated_settings, settings_env
-from engram.settings import REPO, load_settings
+from engram.settings import load_settings
 
 TENANT = "acme"
 USER = "dana"
-DEMO = REPO / "engram" / "demo" / "acme.jsonl"
 TOPICS = ["meta ads", "brand voice", "launch plan", "audience", "creative", "roas", "search ads"]
 REQUESTS = [
     "put another 8000 into meta for the holiday push",
@@ -77,9 +77,10 @@ def stats(ms: list[float]) -> dict[str, float]:
 
 
 def memories_file(path: Path, n: int) -> None:
-    """The demo tenant's events, then ``n`` company memories of the same tenant."""
+    """The demo tenant's events (its onboarding's writes, which hold the Meta cap, then
+    engram/demo/acme.jsonl), then ``n`` company memories of the same tenant."""
     with path.open("w") as out:
-        out.write(DEMO.read_text())
+        out.writelines(json.dumps(envelope) + "\n" for envelope in demo_envelopes(TENANT))
         for i in range(n):
             topic = TOPICS[i % len(TOPICS)]
             event = {
@@ -111,7 +112,7 @@ def build(server: Server, tmp: Path, n: int) -> dict[str, Any]:
     server.wait_ready(timeout=24 * 3600, interval=0.5)
     applied = time.perf_counter() - started
     return {
-        "events": n + len(DEMO.read_text().splitlines()),
+        "events": n + len(demo_envelopes(TENANT)),
         "produce_s": round(produced, 1),
         "applied_s": round(applied, 1),
         "applied_per_s": round(n / applied),
