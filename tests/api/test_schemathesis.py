@@ -1,7 +1,7 @@
 """schemathesis (every check) over the OpenAPI document of a real `engram serve`: no failures.
 
 The run is deterministic (fixed seed, no example database, one worker) and bounded (examples per
-operation and a time budget), so it takes at most a minute and a half (the suite's time is a budget).
+operation and a time budget), so it takes about a minute (the suite's time is a budget).
 
 One setting widens a check, for the two write operations only: a schema-valid write may also be
 refused with 422, because some of its rules cannot be stated in an OpenAPI document (a rule
@@ -108,7 +108,7 @@ def schemathesis_run(server: Server, tmp_path: Path) -> subprocess.CompletedProc
             "--workers",
             "1",  # several workers share threads, and CPython 3.11's ast is not thread-safe
             "--max-time",
-            "90",
+            "60",
             "--request-timeout",
             "40",
             "--no-color",
