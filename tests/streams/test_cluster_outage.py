@@ -19,14 +19,13 @@ from engram.streams import kafka_local
 from engram.streams.topics import partition_for
 
 from engram.settings import Settings
-from tests.streams.test_group import PARTITIONS, members, start_all, wait_members
+from tests.streams.test_group import PARTITIONS
 from tests.streams.test_group_outage import (
-    LOG_SUMMARY_S,
     TENANTS,
-    WRITE_TIMEOUT_S,
     Writer,
     assert_each_write_once,
     kill_broker,
+    start_two,
     wait_handled,
 )
 
@@ -56,24 +55,9 @@ def confirmed(writers: list[Writer]) -> dict[str, int]:
 def test_a_broker_kill_in_a_cluster_of_three_keeps_writes_confirmed_and_loses_and_doubles_nothing(
     private_cluster: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    settings = [
-        s.model_copy(
-            update={
-                "write_timeout_s": WRITE_TIMEOUT_S,
-                "log_summary_s": LOG_SUMMARY_S,
-                "topic_replication": private_cluster.topic_replication,  # ENGRAM_TOPIC_REPLICATION=3
-            }
-        )
-        for s in members(private_cluster, tmp_path, 2)
-    ]
-    logs = [tmp_path / f"p{i}.log" for i in range(2)]
-    t0 = time.monotonic()
-    servers = start_all(settings, logs, request)
-    urls = {s.url for s in servers}
-    found = wait_members(settings[0], urls)
-    ready_s = time.monotonic() - t0
-    owners = {p["partition"]: p["owner"] for p in found["partitions"]}
-    assert {owners[partition_for(t, PARTITIONS)] for t in TENANTS} == urls  # each owns some tenants
+    settings, _, servers, t0, ready_s = start_two(
+        private_cluster, tmp_path, request, topic_replication=private_cluster.topic_replication
+    )  # ENGRAM_TOPIC_REPLICATION=3
 
     # the topics as engram created them: three replicas of each partition, two needed to confirm
     partitions, min_isr = asyncio.run(_describe(settings[0]))

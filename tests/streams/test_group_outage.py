@@ -191,12 +191,15 @@ def outage(
     return seen
 
 
-def test_a_broker_stop_and_a_broker_kill_under_a_multi_process_load_lose_and_double_nothing(
-    private_broker: Settings, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def start_two(
+    broker: Settings, tmp_path: Path, request: pytest.FixtureRequest, **update: Any
+) -> tuple[list[Settings], list[Path], list[Server], float, float]:
+    """Two `engram serve` processes in one group on ``broker`` (the outage bounds, and ``update``),
+    started together and settled, each owning some of the load's tenants; with when the start began
+    (monotonic) and how long it took."""
     settings = [
-        s.model_copy(update={"write_timeout_s": WRITE_TIMEOUT_S, "log_summary_s": LOG_SUMMARY_S})
-        for s in members(private_broker, tmp_path, 2)
+        s.model_copy(update={"write_timeout_s": WRITE_TIMEOUT_S, "log_summary_s": LOG_SUMMARY_S, **update})
+        for s in members(broker, tmp_path, 2)
     ]
     logs = [tmp_path / f"p{i}.log" for i in range(2)]
     t0 = time.monotonic()
@@ -206,6 +209,13 @@ def test_a_broker_stop_and_a_broker_kill_under_a_multi_process_load_lose_and_dou
     ready_s = time.monotonic() - t0
     owners = {p["partition"]: p["owner"] for p in found["partitions"]}
     assert {owners[partition_for(t, PARTITIONS)] for t in TENANTS} == urls  # each owns some tenants
+    return settings, logs, servers, t0, ready_s
+
+
+def test_a_broker_stop_and_a_broker_kill_under_a_multi_process_load_lose_and_double_nothing(
+    private_broker: Settings, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    settings, logs, servers, t0, ready_s = start_two(private_broker, tmp_path, request)
     writers = [Writer(servers, TENANTS[0::2]), Writer(servers[::-1], TENANTS[1::2])]
     for w in writers:
         w.start()
