@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import httpx
 
 from engram.api.auth import mint
 from engram.settings import Settings, load_settings
+from engram.streams.topics import ensure_topics
 
 
 def free_port() -> int:
@@ -157,3 +159,13 @@ class Server:
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
+
+
+def serving(base: Settings, root: Path, **overrides: Any) -> Server:
+    """A ready `engram serve` on a slice of ``base``'s broker of its own (its topics created), its
+    data directory and log under ``root``, ``overrides`` applied to its settings."""
+    settings = isolated_settings(base, root / "data").model_copy(update=overrides)
+    asyncio.run(ensure_topics(settings))
+    server = Server(settings, root / "server.log").start()
+    server.wait_ready()
+    return server

@@ -28,9 +28,8 @@ from engram.schemas.events import Position
 from engram.streams.conversations import handle_conversation_record, read_turns
 from engram.streams.keystore import KeyStore, ReadOnlyKeys
 from engram.streams.projector import Record
-from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings, settings_env
+from engram.harness import Server, serving, settings_env
 from engram.settings import Settings
 from tests.api.test_shred import hits, topic_bytes
 
@@ -47,17 +46,9 @@ SAID = [
 ]
 
 
-def start(broker: Settings, root: Path, **overrides: Any) -> Server:
-    settings = isolated_settings(broker, root / "data").model_copy(update=overrides)
-    asyncio.run(ensure_topics(settings))
-    server = Server(settings, root / "server.log").start()
-    server.wait_ready()
-    return server
-
-
 @pytest.fixture(scope="module")
 def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(broker, tmp_path_factory.mktemp("capture"), extraction_idle_s=1.0)
+    server = serving(broker, tmp_path_factory.mktemp("capture"), extraction_idle_s=1.0)
     yield server
     server.stop()
 
@@ -120,7 +111,7 @@ def test_an_idle_conversation_is_swept(srv: Server) -> None:
 
 
 def test_kill_9_mid_extraction_then_restart_leaves_each_memory_once(broker: Settings, tmp_path: Path) -> None:
-    server = start(broker, tmp_path, extraction_turns=6)
+    server = serving(broker, tmp_path, extraction_turns=6)
     t = tenant()
     posted: list[str] = []
     at_kill = 0

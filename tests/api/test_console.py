@@ -14,7 +14,6 @@ controls with Chromium's own accessibility tree.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -24,9 +23,8 @@ from typing import Any
 import playwright.sync_api as playwright_api
 import pytest
 from engram.api.auth import mint
-from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
+from engram.harness import Server, serving
 from engram.settings import REPO, Settings
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -44,11 +42,7 @@ NAMED_ROLES = {
 
 @pytest.fixture(scope="module")
 def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("console")
-    settings = isolated_settings(broker, root / "data")
-    asyncio.run(ensure_topics(settings))
-    server = Server(settings, root / "server.log").start()
-    server.wait_ready()
+    server = serving(broker, tmp_path_factory.mktemp("console"))
     yield server
     server.stop()
 

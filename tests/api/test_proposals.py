@@ -10,15 +10,13 @@ longer active are refused with reasons. One server for the module; a tenant per 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
+from engram.harness import Server, serving
 from engram.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -30,11 +28,7 @@ EXTRACTOR = {"role": "agent", "user": "extractor", "on_behalf_of": "sam"}
 
 @pytest.fixture(scope="module")
 def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("proposals")
-    settings = isolated_settings(broker, root / "data")
-    asyncio.run(ensure_topics(settings))
-    server = Server(settings, root / "server.log").start()
-    server.wait_ready()
+    server = serving(broker, tmp_path_factory.mktemp("proposals"))
     yield server
     server.stop()
 

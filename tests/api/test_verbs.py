@@ -7,16 +7,14 @@ One server for the module; each test seeds tenants of its own."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
+from engram.harness import Server, serving
 from engram.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -61,11 +59,7 @@ SECRET = {
 
 @pytest.fixture(scope="module")
 def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("verbs")
-    settings = isolated_settings(broker, root / "data")
-    asyncio.run(ensure_topics(settings))
-    server = Server(settings, root / "server.log").start()
-    server.wait_ready()
+    server = serving(broker, tmp_path_factory.mktemp("verbs"))
     yield server
     server.stop()
 
