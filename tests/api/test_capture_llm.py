@@ -21,9 +21,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from engram.streams import codec
 
-from engram.harness import Server
+from engram.harness import Server, serving
 from engram.settings import Settings
-from tests.api.test_capture import start, until
+from tests.api.test_capture import until
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +80,7 @@ class Model(BaseHTTPRequestHandler):
 def srv(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     model = ThreadingHTTPServer(("127.0.0.1", 0), Model)
     threading.Thread(target=model.serve_forever, daemon=True).start()
-    server = start(
+    server = serving(
         broker,
         tmp_path_factory.mktemp("capture-llm"),
         extractor="llm",
