@@ -28,13 +28,14 @@ from engram.projections.terms import (
     CLOCK,
     GRAPHS,
     INFERRED,
+    MEMORY_PREFIX,
     ONTOLOGY,
     RDF_TYPE,
     agent_iri,
     e,
     memory_iri,
 )
-from engram.projections.visibility import MEMORY_PREFIX, MemoryFilter, Principal
+from engram.projections.visibility import MemoryFilter, Principal
 from engram.schemas import payloads as ev
 from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Quad, Store, Triple

@@ -16,7 +16,7 @@ from engram.projections.conflict_sets import CONFLICTS_WITH, IN_SET, conflict_qu
 from engram.projections.rules.compile import Value
 from engram.projections.rules.engine import Derivation
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import INFERRED, memory_iri
+from engram.projections.terms import INFERRED, MEMORY_PREFIX, memory_iri
 from engram.projections.visibility import MemoryFilter, everything, fact_shown, shown
 from engram.schemas import vocabulary as v
 from pyoxigraph import Literal, NamedNode, Triple
@@ -72,8 +72,8 @@ def show(term: object) -> str:
         iri = term.value
         if iri == v.RDF_TYPE:
             return "type"
-        if iri.startswith("urn:engram:memory:"):
-            return iri.removeprefix("urn:engram:memory:")
+        if iri.startswith(MEMORY_PREFIX):
+            return iri.removeprefix(MEMORY_PREFIX)
         if iri.startswith(v.ENGRAM):
             return iri.removeprefix(v.ENGRAM)
         return iri

@@ -12,12 +12,11 @@ import re
 from collections.abc import Iterable
 
 import numpy as np
-from engram.projections.terms import ASSERTED, META, VECTORS, e, memory_iri
+from engram.projections.terms import ASSERTED, MEMORY_PREFIX, META, VECTORS, e, memory_iri
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
 from pyoxigraph import Literal, NamedNode, Store
 
-MEMORY_PREFIX = "urn:engram:memory:"
 EVENT_PREFIX = "urn:engram:event:"
 TEXT_PREDICATES = ("label", "content")
 

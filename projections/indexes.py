@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 from engram.projections import index_source as source
-from engram.projections.index_source import MEMORY_PREFIX
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import (
     ASSERTED,
     CLOCK,
     INFERRED,
+    MEMORY_PREFIX,
     RDF_TYPE,
     e,
     memory_iri,

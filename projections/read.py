@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from engram.projections.explain import show
+from engram.projections.listing import team_scoped
 from engram.projections.plan import GraphState
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
@@ -33,45 +34,41 @@ def list_memory_ids(
     seen_by: Principal | None = None,
 ) -> list[str]:
     """Ids of the memories matching every given filter, newest first; with ``seen_by``, only those
-    it may see (``may_see``), decided from the scope and holders read by the same query (and the
-    teams of team memories by a lookup each), not by reading each memory."""
-    patterns = ["?m e:memoryId ?id ; e:recordedAt ?at ."]
+    it may see (``may_see``). Read from the graph's listing (``projections.listing``), which holds
+    the order and the asserted facts filtered on; classes and activity, which the rules decide too,
+    are read as the sets of memories that have them."""
     sight = seen_by is not None and not seen_by.sees_everything
-    if sight:
-        patterns.append("?m e:scope ?vscope . OPTIONAL { ?m e:stakeholderUser ?vuser }")
-    subs: dict[Variable, Any] = {}
-    if kind is not None:
-        patterns.append("?m e:kind ?kind .")
-        subs[Variable("kind")] = Literal(kind)
-    if scope is not None:
-        patterns.append("?m e:scope ?scope .")
-        subs[Variable("scope")] = Literal(scope)
-    if memory_class is not None:
-        patterns.append("?m a ?cls .")
-        subs[Variable("cls")] = NamedNode(v.class_iri(memory_class))
-    if active is True:
-        patterns.append("?m a e:ActiveMemory .")
-    elif active is False:
-        patterns.append("FILTER NOT EXISTS { ?m a e:ActiveMemory }")
-    # oxigraph substitutes only projected variables, so the filters are projected too
-    projected = " ".join(["?id", *(f"?{var.value}" for var in subs), *(["?vscope ?vuser"] if sight else [])])
-    query = f"SELECT {projected} WHERE {{ {' '.join(patterns)} }} ORDER BY DESC(?at) ?id"
-    # classes and activity are read from asserted and inferred facts together
-    rows = graph.store.query(query, prefixes=PREFIXES, substitutions=subs, default_graph=[ASSERTED, INFERRED])
-    if not sight:
-        return [row["id"].value for row in rows]  # type: ignore[union-attr]
-    assert seen_by is not None
+    typed = None if memory_class is None else _typed(graph, NamedNode(v.class_iri(memory_class)))
+    actives = None if active is None else _typed(graph, e("ActiveMemory"))
+    columns = [*(["kind"] if kind is not None else []), *(["scope"] if scope is not None or sight else [])]
+    columns += ["stakeholderUser", "stakeholderTeam"] if sight else []
     out = []
-    for row in rows:  # type: ignore[union-attr]
-        scope, user, memory_id = row["vscope"].value, row["vuser"], row["id"].value
-        teams = (
-            frozenset(q.object.value for q in graph.store.quads_for_pattern(
-                memory_iri(memory_id), e("stakeholderTeam"), None, ASSERTED))
-            if scope == v.Scope.TEAM else frozenset()
-        )  # fmt: skip
-        if may_see(seen_by, scope, user.value if user is not None else None, teams):
-            out.append(memory_id)
+    for memory_id, node, row in graph.listing(columns).rows():
+        facts = row.facts
+        if kind is not None and facts.get("kind") != kind:
+            continue
+        if scope is not None and facts.get("scope") != scope:
+            continue
+        if typed is not None and node not in typed:
+            continue
+        if actives is not None and (node in actives) != active:
+            continue
+        if sight:
+            assert seen_by is not None
+            held = facts.get("scope")
+            if held is None or not may_see(seen_by, held, facts.get("stakeholderUser"), team_scoped(row)):
+                continue
+        out.append(memory_id)
     return out
+
+
+def _typed(graph: TenantGraph, cls: NamedNode) -> set[NamedNode]:
+    """The nodes of class ``cls``, asserted or inferred."""
+    return {
+        q.subject  # type: ignore[misc]
+        for g in (ASSERTED, INFERRED)
+        for q in graph.store.quads_for_pattern(None, RDF_TYPE, cls, g)
+    }
 
 
 def onboarded(graph: TenantGraph) -> dict[str, list[str]]:

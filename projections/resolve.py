@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from engram.projections.conflict_sets import all_sets, partners
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import INFERRED, e, memory_iri, time_order
+from engram.projections.terms import INFERRED, MEMORY_PREFIX, e, memory_iri, time_order
 from engram.projections.visibility import MemoryFacts, MemoryFilter, memory_facts
 from engram.schemas import vocabulary as v
 
@@ -44,7 +44,6 @@ POLICIES: tuple[Policy, ...] = (
 )
 AUTOMATIC = {v.Source.EXTRACTION, v.Source.AGENT, v.Source.PIPELINE, v.Source.SYSTEM}
 SPECIFICITY: dict[str, int] = {v.Scope.USER: 2, v.Scope.TEAM: 1, v.Scope.COMPANY: 0}
-MEMORY_PREFIX = "urn:engram:memory:"
 
 
 @dataclass(frozen=True)

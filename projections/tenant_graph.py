@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from engram.projections.batch import AlreadyApplied, Outcome, Overlay, Status, Step, plan_batch, prepare
 from engram.projections.knowledge import Knowledge, load_knowledge
+from engram.projections.listing import Listing
 from engram.projections.plan import Delta
 from engram.projections.rules.engine import Derivation
 from engram.projections.terms import (
@@ -86,6 +87,7 @@ class TenantGraph:
         # moves before and after every write, so a reader's cache of derived facts (the search
         # indexes' candidates) knows whether they may have changed since it looked
         self.generation = 0
+        self._listing: Listing | None = None  # built on the first list (``listing``)
         # quads written (asserted, checkpoint, inferred) since the store's last flush: its RocksDB
         # memtables hold them, ~750 bytes each, until a flush (``TenantStores.flush_over_budget``)
         self.unflushed = 0
@@ -107,6 +109,15 @@ class TenantGraph:
 
     def vectors(self, subject: NamedNode) -> list[Term]:
         return [q.object for q in self.store.quads_for_pattern(subject, e("embedding"), None, VECTORS)]  # type: ignore[misc]
+
+    def listing(self, columns: Iterable[str] = ()) -> Listing:
+        """The memories in listing order, holding ``columns`` (``projections.listing``): kept current
+        by this graph's commits, built again after any other write (a re-materialisation, an
+        erasure's copy, a reopen)."""
+        if self._listing is None or self._listing.generation != self.generation:
+            self._listing = Listing.build(self.store, self.generation)
+        self._listing.need(self.store, columns)
+        return self._listing
 
     def _meta(self, name: str) -> Term | None:
         found = list(self.store.quads_for_pattern(PROJECTION, e(name), None, META))
@@ -275,6 +286,10 @@ class TenantGraph:
             parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
         parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
         self.store.update(" ; ".join(parts))
+        listing = self._listing
+        if listing is not None and listing.generation == self.generation - 1:  # current before this write
+            listing.apply(adds, removes)
+            listing.generation = self.generation + 1  # what ``_writing`` leaves when this returns
         self.unflushed += len(adds) + len(removes) + len(meta_old) + len(meta_new)
         if not current:
             log.warning("%s: inferences were not current; re-materialising", self.path)

@@ -40,8 +40,11 @@ def e(local: str) -> NamedNode:
     return NamedNode(v.ENGRAM + local)
 
 
+MEMORY_PREFIX = "urn:engram:memory:"
+
+
 def memory_iri(memory_id: str) -> NamedNode:
-    return NamedNode(f"urn:engram:memory:{memory_id}")
+    return NamedNode(MEMORY_PREFIX + memory_id)
 
 
 def kpi_iri(metric: str, period: str) -> NamedNode:

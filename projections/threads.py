@@ -12,9 +12,7 @@ from __future__ import annotations
 import bisect
 
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import ASSERTED, e, memory_iri, time_order
-
-MEMORY_PREFIX = "urn:engram:memory:"
+from engram.projections.terms import ASSERTED, MEMORY_PREFIX, e, memory_iri, time_order
 
 
 class Threads:

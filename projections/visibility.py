@@ -13,7 +13,7 @@ from typing import Any
 
 from engram.projections.conflict_sets import partners
 from engram.projections.tenant_graph import TenantGraph
-from engram.projections.terms import ASSERTED, INFERRED, RDF_TYPE, e, memory_iri
+from engram.projections.terms import ASSERTED, INFERRED, MEMORY_PREFIX, RDF_TYPE, e, memory_iri
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import parse_time
 from pyoxigraph import Literal, NamedNode, Triple
@@ -53,8 +53,6 @@ def may_see_memory(who: Principal, memory: dict[str, Any]) -> bool:
 
 MemoryFilter = Callable[[str], bool]
 """Whether a memory an answer would name (by id) may be named to whoever is asking."""
-
-MEMORY_PREFIX = "urn:engram:memory:"
 
 
 def everything(memory_id: str) -> bool:

@@ -1,0 +1,121 @@
+"""A tenant's memories in listing order (newest recorded first), with the asserted facts a list
+filters on: the memories route's page and count without sorting the whole store on every call.
+
+It is a cache of the asserted graph, held by ``TenantGraph`` and kept current by the deltas it
+commits (``apply``); any other write leaves it stale and the next read builds it again from the
+store (``build``: a scan per predicate). ``tests/projections/test_listing.py`` checks it against
+the SPARQL query it replaces after random runs of events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from engram.projections.terms import ASSERTED, MEMORY_PREFIX, e
+from engram.schemas import vocabulary as v
+from pyoxigraph import NamedNode, Quad, Store
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+ONE_VALUED = ("memoryId", "recordedAt", "kind", "scope", "stakeholderUser")
+TRACKED = {e(name): name for name in (*ONE_VALUED, "stakeholderTeam")}
+
+
+@dataclass
+class Row:
+    """What a list filters and sorts one memory by; listed once it has an id and a recording time."""
+
+    facts: dict[str, str] = field(default_factory=dict)
+    teams: set[str] = field(default_factory=set)
+
+    def key(self) -> tuple[int, str] | None:
+        """Newest first, then by id (as ``ORDER BY DESC(?at) ?id``); None: not a listed memory."""
+        memory_id, at = self.facts.get("memoryId"), self.facts.get("recordedAt")
+        if memory_id is None or at is None:
+            return None
+        return -_microseconds(at), memory_id
+
+
+def _microseconds(at: str) -> int:
+    """An xsd:dateTime's instant, comparable across its lexical forms (``.5Z`` and ``.500Z``)."""
+    moment = datetime.fromisoformat(at)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - EPOCH) // MICROSECOND
+
+
+class Listing:
+    """Rows by memory node; the listing order is computed again only after a change."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation  # the graph's generation this reflects (``TenantGraph``)
+        self._rows: dict[NamedNode, Row] = {}
+        self._loaded: set[str] = set()  # the columns read so far (``need``)
+        self._order: list[tuple[tuple[int, str], NamedNode, Row]] | None = None
+
+    @classmethod
+    def build(cls, store: Store, generation: int) -> Listing:
+        """The order alone (ids and recording times); ``need`` reads the columns a filter uses."""
+        listing = cls(generation)
+        listing.need(store, ("memoryId", "recordedAt"))
+        return listing
+
+    def need(self, store: Store, names: Iterable[str]) -> None:
+        """Read these columns from ``store`` (a scan each) unless held: the store is at the
+        generation this listing reflects, and from then on the commits keep them too."""
+        rows = self._rows
+        for name in names:
+            if name in self._loaded:
+                continue
+            self._loaded.add(name)
+            self._order = None
+            for q in store.quads_for_pattern(None, e(name), None, ASSERTED):  # only what differs per quad
+                node = q.subject
+                if not node.value.startswith(MEMORY_PREFIX):  # type: ignore[union-attr]
+                    continue
+                row = rows.get(node)  # type: ignore[call-overload]
+                if row is None:
+                    row = rows[node] = Row()  # type: ignore[index]
+                if name == "stakeholderTeam":
+                    row.teams.add(q.object.value)
+                else:
+                    row.facts[name] = q.object.value
+
+    def apply(self, adds: Iterable[Quad], removes: Iterable[Quad]) -> None:
+        """A committed delta (removals first: a replaced value is a removal and an addition)."""
+        self._set(removes, add=False)
+        self._set(adds, add=True)
+
+    def _set(self, quads: Iterable[Quad], *, add: bool) -> None:
+        for q in quads:
+            name = TRACKED.get(q.predicate)  # type: ignore[call-overload]
+            if name not in self._loaded or q.graph_name != ASSERTED:
+                continue
+            if not q.subject.value.startswith(MEMORY_PREFIX):
+                continue
+            self._order = None
+            row = self._rows.setdefault(q.subject, Row())  # type: ignore[arg-type]
+            value = q.object.value
+            if name == "stakeholderTeam":
+                (row.teams.add if add else row.teams.discard)(value)
+            elif add:
+                row.facts[name] = value
+            elif row.facts.get(name) == value:
+                del row.facts[name]
+            if not add and not row.facts and not row.teams:
+                del self._rows[q.subject]  # type: ignore[arg-type]
+
+    def rows(self) -> Iterator[tuple[str, NamedNode, Row]]:
+        """(memory id, node, row) of every listed memory, newest recorded first."""
+        if self._order is None:
+            keyed = [(key, node, row) for node, row in self._rows.items() if (key := row.key()) is not None]
+            keyed.sort(key=lambda knr: knr[0])
+            self._order = keyed
+        return ((key[1], node, row) for key, node, row in self._order)
+
+
+def team_scoped(row: Row) -> frozenset[str]:
+    """The teams that may see a team memory (none for any other scope)."""
+    return frozenset(row.teams) if row.facts.get("scope") == v.Scope.TEAM else frozenset()
