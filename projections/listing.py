@@ -3,7 +3,7 @@ filters on: the memories route's page and count without sorting the whole store 
 
 It is a cache of the asserted graph, held by ``TenantGraph`` and kept current by the deltas it
 commits (``apply``); any other write leaves it stale and the next read builds it again from the
-store (``build``: a scan per predicate). ``tests/projections/test_listing.py`` checks it against
+store (``build``: the order's two columns; ``need``: a scan per further column). ``tests/projections/test_listing.py`` checks it against
 the SPARQL query it replaces after random runs of events.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from engram.projections.terms import ASSERTED, MEMORY_PREFIX, e
+from engram.projections.terms import ASSERTED, INFERRED, MEMORY_PREFIX, RDF_TYPE, e
 from engram.schemas import vocabulary as v
 from pyoxigraph import NamedNode, Quad, Store
 
@@ -53,6 +53,7 @@ class Listing:
         self.generation = generation  # the graph's generation this reflects (``TenantGraph``)
         self._rows: dict[NamedNode, Row] = {}
         self._loaded: set[str] = set()  # the columns read so far (``need``)
+        self._typed: dict[NamedNode, set[NamedNode]] = {}  # ``of_class``, until the next commit
         self._order: list[tuple[tuple[int, str], NamedNode, Row]] | None = None
 
     @classmethod
@@ -85,6 +86,7 @@ class Listing:
 
     def apply(self, adds: Iterable[Quad], removes: Iterable[Quad]) -> None:
         """A committed delta (removals first: a replaced value is a removal and an addition)."""
+        self._typed.clear()  # the rules may have concluded otherwise
         self._set(removes, add=False)
         self._set(adds, add=True)
 
@@ -106,6 +108,18 @@ class Listing:
                 del row.facts[name]
             if not add and not row.facts and not row.teams:
                 del self._rows[q.subject]  # type: ignore[arg-type]
+
+    def of_class(self, store: Store, cls: NamedNode) -> set[NamedNode]:
+        """The nodes of class ``cls``, asserted or inferred: read once between two commits (classes
+        are the rules' too, so the deltas alone do not keep them)."""
+        found = self._typed.get(cls)
+        if found is None:
+            found = self._typed[cls] = {
+                q.subject  # type: ignore[misc]
+                for g in (ASSERTED, INFERRED)
+                for q in store.quads_for_pattern(None, RDF_TYPE, cls, g)
+            }
+        return found
 
     def rows(self) -> Iterator[tuple[str, NamedNode, Row]]:
         """(memory id, node, row) of every listed memory, newest recorded first."""

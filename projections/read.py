@@ -38,12 +38,15 @@ def list_memory_ids(
     the order and the asserted facts filtered on; classes and activity, which the rules decide too,
     are read as the sets of memories that have them."""
     sight = seen_by is not None and not seen_by.sees_everything
-    typed = None if memory_class is None else _typed(graph, NamedNode(v.class_iri(memory_class)))
-    actives = None if active is None else _typed(graph, e("ActiveMemory"))
     columns = [*(["kind"] if kind is not None else []), *(["scope"] if scope is not None or sight else [])]
     columns += ["stakeholderUser", "stakeholderTeam"] if sight else []
+    listing = graph.listing(columns)
+    typed = (
+        None if memory_class is None else listing.of_class(graph.store, NamedNode(v.class_iri(memory_class)))
+    )
+    actives = None if active is None else listing.of_class(graph.store, e("ActiveMemory"))
     out = []
-    for memory_id, node, row in graph.listing(columns).rows():
+    for memory_id, node, row in listing.rows():
         facts = row.facts
         if kind is not None and facts.get("kind") != kind:
             continue
@@ -60,15 +63,6 @@ def list_memory_ids(
                 continue
         out.append(memory_id)
     return out
-
-
-def _typed(graph: TenantGraph, cls: NamedNode) -> set[NamedNode]:
-    """The nodes of class ``cls``, asserted or inferred."""
-    return {
-        q.subject  # type: ignore[misc]
-        for g in (ASSERTED, INFERRED)
-        for q in graph.store.quads_for_pattern(None, RDF_TYPE, cls, g)
-    }
 
 
 def onboarded(graph: TenantGraph) -> dict[str, list[str]]:
