@@ -3,8 +3,9 @@ filters on: the memories route's page and count without sorting the whole store 
 
 It is a cache of the asserted graph, held by ``TenantGraph`` and kept current by the deltas it
 commits (``apply``); any other write leaves it stale and the next read builds it again from the
-store (``build``: the order's two columns; ``need``: a scan per further column). ``tests/projections/test_listing.py`` checks it against
-the SPARQL query it replaces after random runs of events.
+store (``build``: the order's two columns; ``need``: a scan per further column).
+``tests/projections/test_listing.py`` checks it against the SPARQL query it replaced, after random
+runs of events.
 """
 
 from __future__ import annotations
