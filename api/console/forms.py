@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engram.schemas import vocabulary as v
+from engram.schemas.payloads import REVISABLE_FIELDS
+
 CORE_TEXT = ("label", "content")
 PROPERTY_PREFIX = "p."
 STATE_PREFIX = "state."
@@ -129,13 +132,17 @@ def create_body(tool: Mapping[str, Any], form: Mapping[str, str]) -> dict[str, A
     return body
 
 
-EDITABLE = (
-    Field("label", "string"),
-    Field("content", "string"),
-    Field("importance", "integer"),
-    Field("confidence", "number"),
-    Field("expires_at", "date-time"),
-)
+_CORE = {
+    "label": Field("label", "string"),
+    "content": Field("content", "string"),
+    "kind": Field("kind", "enum", enum=[k.value for k in v.Kind]),
+    "importance": Field("importance", "integer"),
+    "confidence": Field("confidence", "number"),
+    "expires_at": Field("expires_at", "date-time"),
+}
+# every field a revision may change, in the events' order (a new one without an input here fails
+# at import, not silently)
+EDITABLE = tuple(_CORE[name] for name in REVISABLE_FIELDS)
 
 
 def patch_body(fields: list[Field], form: Mapping[str, str]) -> dict[str, Any]:

@@ -149,8 +149,8 @@ async def memories(c: Console, request: Request, s: Session) -> Response:
 
 def vocab() -> dict[str, list[str]]:
     return {
-        "kind": list(v.values(v.Kind)),
-        "scope": list(v.values(v.Scope)),
+        "kind": [k.value for k in v.Kind],
+        "scope": [s.value for s in v.Scope],
         "importance": [str(i.value) for i in v.Importance],
     }
 

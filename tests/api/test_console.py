@@ -23,6 +23,7 @@ from typing import Any
 import playwright.sync_api as playwright_api
 import pytest
 from engram.api.auth import mint
+from engram.schemas import vocabulary as v
 
 from engram.harness import Server, serving
 from engram.settings import REPO, Settings
@@ -277,9 +278,15 @@ def test_edit_keeps_clears_and_sets_and_a_proposal_is_accepted(srv: Server, brow
     edit.locator('select[name="state.content"]').select_option("set")
     edit.locator('input[name="content"]').fill("Keep ROAS at or above 3.")
     edit.locator('select[name="state.expires_at"]').select_option("clear")
+    kinds = edit.locator('select[name="kind"] option')
+    assert kinds.all_inner_texts() == [k.value for k in v.Kind]  # offered as a choice, the current one chosen
+    assert edit.locator('select[name="kind"]').input_value() == "objective"
+    edit.locator('select[name="state.kind"]').select_option("set")
+    edit.locator('select[name="kind"]').select_option("context")
     edit.get_by_role("button", name="Revise").click()
     page.wait_for_url("**/console/memories/roas-3")
     fields = page.locator("dl.fields").inner_text()
+    assert srv.http.get(f"{srv.url}/v1/tenants/{t}/memories/roas-3").json()["kind"] == "context"
     assert (
         "Keep ROAS at or above 3." in fields
         and "Expires" not in fields

@@ -10,6 +10,8 @@ import pytest
 from engram.api.console import charts, forms, session
 from engram.projections.knowledge import DEFAULT_ONTOLOGY_DIR, DEFAULT_RULES_DIR, load_knowledge
 from engram.projections.memory_tool import memory_tool
+from engram.schemas import vocabulary as v
+from engram.schemas.payloads import REVISABLE_FIELDS
 
 from tests.projections.test_memory_tool import ADDED_CLASS, ADDED_SHAPE
 
@@ -56,6 +58,12 @@ def test_a_class_added_in_turtle_gets_a_form_with_no_code(tmp_path: Path) -> Non
     assert fields["dueBy"].type == "date-time"
 
 
+def test_the_edit_form_offers_every_field_a_revision_may_change() -> None:
+    assert [f.name for f in forms.EDITABLE] == list(REVISABLE_FIELDS)
+    kind = next(f for f in forms.EDITABLE if f.name == "kind")
+    assert (kind.type, kind.enum) == ("enum", [k.value for k in v.Kind])
+
+
 def test_the_edit_form_keeps_clears_and_sets() -> None:
     fields = [*forms.EDITABLE, forms.Field("p.goal", "number"), forms.Field("p.metric", "string")]
     form = {
@@ -70,6 +78,9 @@ def test_the_edit_form_keeps_clears_and_sets() -> None:
         "expires_at": None,
         "properties": {"goal": 3.5, "metric": None},
     }
+    assert forms.patch_body(fields, {"state.kind": "set", "kind": "preference"}) == {"kind": "preference"}
+    with pytest.raises(forms.FormError, match="kind: 'opinion' is not a valid enum"):
+        forms.patch_body(fields, {"state.kind": "set", "kind": "opinion"})
     assert forms.patch_body(fields, {}) == {}  # nothing named: nothing changes
     with pytest.raises(forms.FormError, match="state must be one of keep, clear, set"):
         forms.patch_body(fields, {"state.label": "drop"})
