@@ -5,10 +5,15 @@ measured): a ``Summarised`` filter lets the first warning of a kind through, cou
 (logger and message template) for ``ENGRAM_LOG_SUMMARY_S``, and prints the next one after that
 with ``"repeated": N`` saying how many were held back, so an outage writes a line per kind per
 interval whatever its length.
+
+A process signalled while it starts cancels what is starting: Faust's agents and uvicorn's lifespan
+then log the cancellation as a crash with its traceback. ``Cancellations`` says each in one line
+at INFO instead (the warning that the process stops without having started says why).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -64,9 +69,28 @@ class Summarised(logging.Filter):
         return True
 
 
+class Cancellations(logging.Filter):
+    """A record that only reports a cancellation (its exception, or the traceback text uvicorn
+    logs, is a ``CancelledError``) becomes one INFO line: the first line of its message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        raised = record.exc_info[1] if record.exc_info else None
+        cancelled = isinstance(raised, asyncio.CancelledError) or (
+            text.startswith("Traceback") and text.rstrip().endswith("CancelledError")
+        )
+        if cancelled:
+            first = text.splitlines()[0] if not text.startswith("Traceback") else "startup"
+            record.msg, record.args = f"{first}: cancelled (the process is stopping)", None
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def setup_logging(level: str = "INFO", summary_s: float = 10.0) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(Cancellations())
     handler.addFilter(Summarised(summary_s))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -6,7 +6,7 @@ import contextlib
 import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
 from engram.schemas import payloads as ev
 from engram.schemas.events import Event
@@ -19,6 +19,16 @@ LOG_FOREVER = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"}
 # A dead letter is the original record plus the reason headers, so it may exceed what an event
 # may be (``streams.producer.MAX_REQUEST_BYTES``); its topic and producer allow 4 MiB.
 DEAD_LETTER_MAX_BYTES = 4 * 1_048_576
+
+
+class BrokerUnreachable(Exception):
+    """No broker answered at the bootstrap address: said in one line, with what to do."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(
+            f"cannot reach the Kafka broker at {bootstrap} (ENGRAM_KAFKA_BOOTSTRAP): start the local "
+            "one with `engram kafka start`, or set ENGRAM_KAFKA_BOOTSTRAP to yours"
+        )
 
 
 def topic_specs(settings: Settings) -> list[NewTopic]:
@@ -36,9 +46,14 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
 
 
 async def ensure_topics(settings: Settings) -> list[str]:
-    """Create whichever topics are missing; return the names created."""
+    """Create whichever topics are missing; return the names created. ``BrokerUnreachable`` when no
+    broker answers."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaConnectionError as exc:
+        await admin.close()
+        raise BrokerUnreachable(settings.kafka_bootstrap) from exc
     try:
         existing = set(await admin.list_topics())
         missing = [t for t in topic_specs(settings) if t.name not in existing]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 
-from engram.logs import JsonFormatter, Summarised
+from engram.logs import Cancellations, JsonFormatter, Summarised
 
 
 def logger_into(out: io.StringIO, interval_s: float, clock: list[float]) -> logging.Logger:
@@ -56,3 +57,34 @@ def test_kinds_remembered_are_bounded() -> None:
         record = logging.LogRecord("x", logging.WARNING, __file__, 1, f"unique {i}", None, None)
         assert summarised.filter(record)
     assert len(summarised._kinds) == Summarised.MAX_KINDS
+
+
+AGENT = "[^---Agent*: engram.project]"
+
+
+def test_a_cancellation_reported_as_a_crash_is_one_info_line() -> None:
+    """What Faust's agents and uvicorn's lifespan log when a process signalled while starting
+    cancels them: a crash with a traceback each, though nothing went wrong."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(Cancellations())
+    log = logging.getLogger(f"test-cancel-{id(out)}")
+    log.handlers[:] = [handler]
+    log.propagate = False
+    try:
+        raise asyncio.CancelledError
+    except asyncio.CancelledError:
+        log.exception(f"{AGENT}: Crashed reason=%r", asyncio.CancelledError())
+    uvicorns = 'Traceback (most recent call last):\n  File "x.py"\nasyncio.exceptions.CancelledError\n'
+    log.error(uvicorns)
+    try:
+        raise ValueError("a real one")
+    except ValueError:
+        log.exception("Crashed")
+    got = lines(out)
+    assert [(g["level"], g["msg"], "exc" in g) for g in got] == [
+        ("info", f"{AGENT}: Crashed reason=CancelledError(): cancelled (the process is stopping)", False),
+        ("info", "startup: cancelled (the process is stopping)", False),
+        ("error", "Crashed", True),  # any other exception keeps its traceback
+    ]

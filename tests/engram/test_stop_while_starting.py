@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engram.harness import settings_env
+from engram.harness import free_port, settings_env
 from engram.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -54,3 +54,26 @@ def test_a_process_that_cannot_join_the_group_stops_on_sigterm(
     assert code == 0, text
     assert took < 5, f"{took:.1f} s to stop"
     assert f"engram {command} signalled while starting: it has not joined its consumer groups yet" in text
+    # what it cancelled says so in a line each, not as crashes with tracebacks
+    assert "Traceback" not in text and '"exc"' not in text, text
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_process_whose_broker_does_not_answer_says_so_in_one_line(
+    settings: Settings, tmp_path: Path, command: str
+) -> None:
+    """Not uvicorn's startup traceback and an exit code of 3: what is wrong and what to do."""
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    env = {
+        **os.environ, **settings_env(settings), "ENGRAM_EMBEDDER": "hashing",
+        "ENGRAM_KAFKA_BOOTSTRAP": nobody, "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+    }  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "engram.cli", command], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"engram {command}: BrokerUnreachable: cannot reach the Kafka broker at {nobody} "
+        "(ENGRAM_KAFKA_BOOTSTRAP): start the local one with `engram kafka start`"
+    ) in done.stderr
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
