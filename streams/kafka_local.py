@@ -193,9 +193,13 @@ def _pid_file(settings: Settings, node: int = 0) -> Path:
     return broker_dir(settings, node) / "broker.pid"
 
 
-def status(settings: Settings) -> BrokerStatus:
-    pid = local_process.read_pid(_pid_file(settings))
-    return BrokerStatus(answers(settings.kafka_bootstrap), pid, settings.kafka_bootstrap)
+def status(settings: Settings) -> list[BrokerStatus]:
+    """Each local node's: whether it answers on its own address, and its pid if it runs."""
+    found = []
+    for node, (host, port) in enumerate(addresses(settings)):
+        address, pid = f"{host}:{port}", local_process.read_pid(_pid_file(settings, node))
+        found.append(BrokerStatus(answers(address), pid, address))
+    return found
 
 
 def _cluster_id(settings: Settings) -> str:

@@ -37,10 +37,11 @@ def kafka(settings: Settings, args: argparse.Namespace) -> int:
             print("kafka stopped" if stopped else "no broker of ours was running")
             return 0
         case "status":
-            st = kafka_local.status(settings)
-            state = "answering" if st.answering else "not answering"
-            print(f"kafka on {st.bootstrap}: {state}; pid {st.pid or '-'}")
-            return 0 if st.answering else 1
+            nodes = kafka_local.status(settings)  # a line per node of a local cluster
+            for st in nodes:
+                state = "answering" if st.answering else "not answering"
+                print(f"kafka on {st.bootstrap}: {state}; pid {st.pid or '-'}")
+            return 0 if all(st.answering for st in nodes) else 1
         case "tool":
             return kafka_local.run_tool(settings, args.tool, args.tool_args)
     return 2

@@ -90,6 +90,9 @@ def test_a_broker_kill_in_a_cluster_of_three_keeps_writes_confirmed_and_loses_an
     moved, _ = asyncio.run(_describe(settings[0]))
     assert all(p["leader"] != victim for p in moved), moved  # no partition left on the dead node
     assert all(w.error is None and w.is_alive() for w in writers)
+    nodes = kafka_local.status(private_cluster)  # `engram kafka status`: a line per node
+    assert [st.answering for st in nodes] == [n != victim - 1 for n in range(3)], nodes
+    assert nodes[victim - 1].pid is None and all(st.pid for st in nodes if st.answering), nodes
 
     restarted_at = time.monotonic()
     kafka_local.start(private_cluster)  # starts only the node that does not answer
