@@ -10,7 +10,7 @@ runs of events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -24,12 +24,14 @@ ONE_VALUED = ("memoryId", "recordedAt", "kind", "scope", "stakeholderUser")
 TRACKED = {e(name): name for name in (*ONE_VALUED, "stakeholderTeam")}
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
-    """What a list filters and sorts one memory by; listed once it has an id and a recording time."""
+    """What a list filters and sorts one memory by; listed once it has an id and a recording time.
+    (Slots, and no set until a team is held: ~100k of these per large tenant.)"""
 
+    iri: str
     facts: dict[str, str] = field(default_factory=dict)
-    teams: set[str] = field(default_factory=set)
+    teams: set[str] | None = None
 
     def key(self) -> tuple[int, str] | None:
         """Newest first, then by id (as ``ORDER BY DESC(?at) ?id``); None: not a listed memory."""
@@ -48,14 +50,14 @@ def _microseconds(at: str) -> int:
 
 
 class Listing:
-    """Rows by memory node; the listing order is computed again only after a change."""
+    """Rows by memory IRI; the listing order is computed again only after a change."""
 
     def __init__(self, generation: int) -> None:
         self.generation = generation  # the graph's generation this reflects (``TenantGraph``)
-        self._rows: dict[NamedNode, Row] = {}
+        self._rows: dict[str, Row] = {}
         self._loaded: set[str] = set()  # the columns read so far (``need``)
-        self._typed: dict[NamedNode, set[NamedNode]] = {}  # ``of_class``, until the next commit
-        self._order: list[tuple[tuple[int, str], NamedNode, Row]] | None = None
+        self._typed: dict[NamedNode, set[str]] = {}  # ``of_class``, until the next commit
+        self._order: list[Row] | None = None
 
     @classmethod
     def build(cls, store: Store, generation: int) -> Listing:
@@ -74,14 +76,14 @@ class Listing:
             self._loaded.add(name)
             self._order = None
             for q in store.quads_for_pattern(None, e(name), None, ASSERTED):  # only what differs per quad
-                node = q.subject
-                if not node.value.startswith(MEMORY_PREFIX):  # type: ignore[union-attr]
+                iri = q.subject.value
+                if not iri.startswith(MEMORY_PREFIX):
                     continue
-                row = rows.get(node)  # type: ignore[call-overload]
+                row = rows.get(iri)
                 if row is None:
-                    row = rows[node] = Row()  # type: ignore[index]
+                    row = rows[iri] = Row(iri)
                 if name == "stakeholderTeam":
-                    row.teams.add(q.object.value)
+                    row.teams = (row.teams or set()) | {q.object.value}
                 else:
                     row.facts[name] = q.object.value
 
@@ -96,41 +98,44 @@ class Listing:
             name = TRACKED.get(q.predicate)  # type: ignore[call-overload]
             if name not in self._loaded or q.graph_name != ASSERTED:
                 continue
-            if not q.subject.value.startswith(MEMORY_PREFIX):
+            iri = q.subject.value
+            if not iri.startswith(MEMORY_PREFIX):
                 continue
             self._order = None
-            row = self._rows.setdefault(q.subject, Row())  # type: ignore[arg-type]
+            row = self._rows.get(iri)
+            if row is None:
+                row = self._rows[iri] = Row(iri)
             value = q.object.value
             if name == "stakeholderTeam":
-                (row.teams.add if add else row.teams.discard)(value)
+                row.teams = (row.teams or set()) | {value} if add else (row.teams or set()) - {value}
             elif add:
                 row.facts[name] = value
             elif row.facts.get(name) == value:
                 del row.facts[name]
             if not add and not row.facts and not row.teams:
-                del self._rows[q.subject]  # type: ignore[arg-type]
+                del self._rows[iri]
 
-    def of_class(self, store: Store, cls: NamedNode) -> set[NamedNode]:
-        """The nodes of class ``cls``, asserted or inferred: read once between two commits (classes
-        are the rules' too, so the deltas alone do not keep them)."""
+    def of_class(self, store: Store, cls: NamedNode) -> set[str]:
+        """The IRIs of the nodes of class ``cls``, asserted or inferred: read once between two
+        commits (classes are the rules' too, so the deltas alone do not keep them)."""
         found = self._typed.get(cls)
         if found is None:
             found = self._typed[cls] = {
-                q.subject  # type: ignore[misc]
+                q.subject.value
                 for g in (ASSERTED, INFERRED)
                 for q in store.quads_for_pattern(None, RDF_TYPE, cls, g)
             }
         return found
 
-    def rows(self) -> Iterator[tuple[str, NamedNode, Row]]:
-        """(memory id, node, row) of every listed memory, newest recorded first."""
+    def rows(self) -> list[Row]:
+        """Every listed memory's row, newest recorded first."""
         if self._order is None:
-            keyed = [(key, node, row) for node, row in self._rows.items() if (key := row.key()) is not None]
-            keyed.sort(key=lambda knr: knr[0])
-            self._order = keyed
-        return ((key[1], node, row) for key, node, row in self._order)
+            keyed = [(key, row) for row in self._rows.values() if (key := row.key()) is not None]
+            keyed.sort(key=lambda kr: kr[0])
+            self._order = [row for _, row in keyed]
+        return self._order
 
 
 def team_scoped(row: Row) -> frozenset[str]:
     """The teams that may see a team memory (none for any other scope)."""
-    return frozenset(row.teams) if row.facts.get("scope") == v.Scope.TEAM else frozenset()
+    return frozenset(row.teams or ()) if row.facts.get("scope") == v.Scope.TEAM else frozenset()

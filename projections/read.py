@@ -46,22 +46,22 @@ def list_memory_ids(
     )
     actives = None if active is None else listing.of_class(graph.store, e("ActiveMemory"))
     out = []
-    for memory_id, node, row in listing.rows():
+    for row in listing.rows():
         facts = row.facts
         if kind is not None and facts.get("kind") != kind:
             continue
         if scope is not None and facts.get("scope") != scope:
             continue
-        if typed is not None and node not in typed:
+        if typed is not None and row.iri not in typed:
             continue
-        if actives is not None and (node in actives) != active:
+        if actives is not None and (row.iri in actives) != active:
             continue
         if sight:
             assert seen_by is not None
             held = facts.get("scope")
             if held is None or not may_see(seen_by, held, facts.get("stakeholderUser"), team_scoped(row)):
                 continue
-        out.append(memory_id)
+        out.append(facts["memoryId"])
     return out
 
 
