@@ -25,12 +25,14 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import httpx
 from engram.api.auth import mint
 from engram.api.routes.memories import with_derived, without_derivations
+from engram.projections.listing import Listing
 from engram.projections.plan import no_facts, plan
 from engram.projections.read import get_memory, list_memory_ids
 from engram.projections.stores import TenantStores
@@ -151,6 +153,13 @@ def list_in_process(settings: Any, reps: int) -> dict[str, Any]:
         "operator": timed(lambda: list_memory_ids(graph)),
         "user": timed(lambda: list_memory_ids(graph, seen_by=who)),
     }
+    tracemalloc.start()  # what a listing with every column holds, built again aside
+    aside = Listing.build(graph.store, 0)
+    aside.need(graph.store, ("scope", "stakeholderUser", "stakeholderTeam"))
+    aside.rows()
+    listing_mb = round(tracemalloc.get_traced_memory()[0] / 1e6, 1)
+    tracemalloc.stop()
+    del aside
     page = [m for i in list_memory_ids(graph)[:LIST_PAGE] if (m := get_memory(graph, i, sees))]
     assert list_memory_ids(graph, seen_by=who) == reference_ids(graph, seen_by=who)
     cases = {
@@ -168,6 +177,7 @@ def list_in_process(settings: Any, reps: int) -> dict[str, Any]:
     stores.close()
     out: dict[str, Any] = {
         "listing_first_build_ms": {k: round(wall, 1) for k, (wall, _) in first.items()},
+        "listing_mb": listing_mb,
     }
     for name, rs in runs.items():
         walls, cpus = [w for w, _ in rs], [c for _, c in rs]

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -161,14 +162,25 @@ class Manifest:
         )
 
     @classmethod
-    def load(cls, objects: Objects, topic: str) -> Manifest:
-        """The topic's manifest; an empty one when nothing was archived yet."""
-        try:
-            manifest = cls.from_bytes(objects.get(manifest_key(topic)))
-        except MissingObject:
-            return cls(topic)
+    def load(cls, objects: Objects, topic: str, *, attempts: int = 5) -> Manifest:
+        """The topic's manifest; an empty one when nothing was archived yet. A manifest that does
+        not parse is read again (``attempts`` times, 0.1 s more apart each time): an object store
+        that serves a put still being written (s3proxy's file backend can) gives a torn read."""
+        key = manifest_key(topic)
+        for attempt in range(1, attempts + 1):
+            try:
+                data = objects.get(key)
+            except MissingObject:
+                return cls(topic)
+            try:
+                manifest = cls.from_bytes(data)
+                break
+            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+                if attempt == attempts:
+                    raise ArchiveError(f"{key} does not parse after {attempts} reads: {exc}") from exc
+                time.sleep(0.1 * attempt)
         if manifest.topic != topic:
-            raise ArchiveError(f"{manifest_key(topic)} describes topic {manifest.topic!r}")
+            raise ArchiveError(f"{key} describes topic {manifest.topic!r}")
         return manifest
 
 

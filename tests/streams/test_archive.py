@@ -27,6 +27,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from engram.projections.read import export_nquads
 from engram.streams import codec
 from engram.streams.archive_read import (
+    ArchiveError,
     ArchiveGap,
     LogRecord,
     Manifest,
@@ -544,3 +545,19 @@ def test_serve_archives_the_events_topic_when_enabled(
     kafka = asyncio.run(kafka_records(settings))
     assert sum(len(r) for r in kafka.values()) == 30
     check_manifest(objects, Manifest.load(objects, settings.events_topic), kafka)
+
+
+def test_a_torn_manifest_is_read_again_and_one_that_stays_torn_is_an_error(objects: Objects) -> None:
+    """A put still being written, as s3proxy's file backend can serve it: the reader tries again."""
+    topic = "engram.torn"
+    whole = Manifest(topic, {0: []}).to_bytes()
+    objects.put(manifest_key(topic), whole[: len(whole) // 2])
+    mended = threading.Timer(0.15, lambda: objects.put(manifest_key(topic), whole))
+    mended.start()
+    try:
+        assert Manifest.load(objects, topic) == Manifest(topic, {0: []})
+    finally:
+        mended.join()
+    objects.put(manifest_key(topic), whole[:-5])
+    with pytest.raises(ArchiveError, match=f"{manifest_key(topic)} does not parse after 2 reads"):
+        Manifest.load(objects, topic, attempts=2)
