@@ -5,7 +5,8 @@ It is a cache of the asserted graph, held by ``TenantGraph`` and kept current by
 commits (``apply``); any other write leaves it stale and the next read builds it again from the
 store (``build``: the order's two columns; ``need``: a scan per further column).
 ``tests/projections/test_listing.py`` checks it against the SPARQL query it replaced, after random
-runs of events.
+runs of events. Read and written on the event loop only (the projector's commits and the routes
+that list), so it takes no lock; a read moved to a thread would need one.
 """
 
 from __future__ import annotations
