@@ -15,16 +15,23 @@ generation) is unchanged; a new token reopens it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
 import sys
+import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from engram.projections.no_network import SandboxUnavailable, deny_network
 
 OPEN_STORES = 4  # read-only handles kept, most recently used
+# a read-only handle does not hold the writer's table files: a compaction may delete one it has not
+# opened yet, even one just opened (the writer compacts in the background). Opened afresh and
+# asked again, so many times, this far apart (seconds), before the server answers 503
+FRESH_OPENS = (0.0, 0.05, 0.1, 0.2, 0.4)
 
 
 def read_exactly(fd: int, n: int) -> bytes:
@@ -42,6 +49,38 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+_T = TypeVar("_T")
+
+
+def with_fresh_opens(
+    ask: Callable[[], _T],
+    forget: Callable[[], None],
+    pauses: Sequence[float] = FRESH_OPENS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> _T:
+    """``ask()``; when a table file was compacted away (``compacted_away``), ``forget`` the handle
+    and ask again after each pause in turn; the last error is raised."""
+    failed: Exception | None = None
+    for pause in (None, *pauses):
+        if pause is not None:
+            forget()
+            sleep(pause)
+        try:
+            return ask()
+        except Exception as exc:
+            if not compacted_away(exc):
+                raise
+            failed = exc
+    assert failed is not None
+    raise failed
+
+
+def compacted_away(exc: Exception) -> bool:
+    """An I/O error, or RocksDB's report of a table file gone ("Corruption: IO error: No such file
+    or directory: While open a file for random read: …/000018.sst"), whatever type carries it."""
+    return isinstance(exc, OSError) or "No such file or directory" in str(exc)
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -72,6 +111,10 @@ def main() -> None:
             stores.popitem(last=False)
         return found[1]
 
+    def evaluate(request: dict[str, Any]) -> Any:
+        store_ = store(request["path"], request["token"])
+        return answer(store_, request["query"], request["accept"], max_rows=request["max_rows"])
+
     write_all(out, b"R")
     while True:
         try:
@@ -80,13 +123,9 @@ def main() -> None:
         except EOFError:
             return  # the server closed our input: it stopped, or died
         try:
-            try:
-                got = answer(store(request["path"], request["token"]), request["query"], request["accept"],
-                             max_rows=request["max_rows"])  # fmt: skip
-            except OSError:  # a table file compacted away under a cached handle: open afresh, once
-                stores.pop(request["path"], None)
-                got = answer(store(request["path"], request["token"]), request["query"], request["accept"],
-                             max_rows=request["max_rows"])  # fmt: skip
+            got = with_fresh_opens(
+                functools.partial(evaluate, request), functools.partial(stores.pop, request["path"], None)
+            )
             reply = {
                 "status": 200,
                 "body": got.body,

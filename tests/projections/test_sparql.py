@@ -7,11 +7,13 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from engram.projections.no_network import SandboxUnavailable, program
 from engram.projections.sparql import NO_NETWORK, Answer, QueryRefused, answer
+from engram.projections.sparql_evaluator import with_fresh_opens
 from engram.projections.sparql_sandbox import Sandbox, Unavailable
 from engram.projections.terms import ASSERTED
 from pyoxigraph import Literal, NamedNode, Quad, Store
@@ -157,3 +159,35 @@ def test_a_query_past_its_limit_is_killed_and_its_place_is_free_at_once(tmp_path
     assert limit_took < 1.5, limit_took
     assert next_took < 1.0, next_took  # a replacement evaluator, started when the others were killed
     assert json.loads(body)["results"]["bindings"] == [{"s": {"type": "uri", "value": "urn:s7"}}]
+
+
+def test_a_table_file_compacted_away_is_read_again_from_a_fresh_handle() -> None:
+    """The evaluator's read-only handle can meet a table file the writer compacted away, even just
+    after opening it (CI: twice in a row, then a 503): it opens afresh, up to ``FRESH_OPENS`` more
+    times, and only a query's own refusal is never asked again."""
+    gone = RuntimeError("Corruption: IO error: No such file or directory: While open a file: 000018.sst")
+    calls: list[str] = []
+
+    def flaky(failures: int, error: Exception) -> Callable[[], str]:
+        def ask() -> str:
+            calls.append("ask")
+            if calls.count("ask") <= failures:
+                raise error
+            return "rows"
+
+        return ask
+
+    def forget() -> None:
+        calls.append("forget")
+
+    slept: list[float] = []
+    assert with_fresh_opens(flaky(2, gone), forget, (0.0, 0.05, 0.1), slept.append) == "rows"
+    assert calls == ["ask", "forget", "ask", "forget", "ask"] and slept == [0.0, 0.05]
+    calls.clear()
+    with pytest.raises(OSError):
+        with_fresh_opens(flaky(9, OSError("gone")), forget, (0.0, 0.05), slept.append)
+    assert calls.count("ask") == 3
+    calls.clear()
+    with pytest.raises(QueryRefused):
+        with_fresh_opens(flaky(9, QueryRefused("bad")), forget, (0.0,), slept.append)
+    assert calls == ["ask"]
