@@ -5,6 +5,7 @@ graph as a replay from zero; never an error."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from engram.streams.snapshots import Snapshot, Snapshots, Vanished
 from engram.settings import Settings
 from tests.streams.test_hostile_kafka import produce
 from tests.streams.test_memory_stores import feed, records
-from tests.streams.test_snapshots import events
+from tests.streams.test_snapshots import events, replayed
 
 
 class Raced(Snapshots):
@@ -53,15 +54,7 @@ def test_an_as_of_whose_snapshot_is_pruned_or_purged_meanwhile_answers_the_repla
     tenant = f"race{where[:3]}"
     asyncio.run(produce(settings, [(tenant.encode(), value) for value in events(tenant, 40)]))
 
-    def replay(root: Path, **kw: object) -> tuple[str, list[int]]:
-        starts: list[int] = []
-        graph = asyncio.run(
-            replay_tenant(settings, tenant, root, progress=lambda at, end: starts.append(at), **kw)
-        )
-        out = export_nquads(graph) if graph is not None else ""
-        del graph
-        gc.collect()
-        return out, starts
+    replay = functools.partial(replayed, settings, tenant)
 
     objects: Objects = (
         request.getfixturevalue("s3_objects") if where == "s3" else LocalObjects(tmp_path / "objects")

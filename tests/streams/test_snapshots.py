@@ -4,6 +4,7 @@ takes one every N handled events, and a replay from the nearest one equals a rep
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import random
 import shutil
@@ -123,21 +124,26 @@ def test_the_projector_takes_one_every_n_handled_events(tmp_path: Path) -> None:
     stores.close()
 
 
+def replayed(settings: Settings, tenant: str, root: Path, **kw: object) -> tuple[str, list[int]]:
+    """The tenant replayed into ``root`` (``replay_tenant``'s keywords passed on): its N-Quads, and
+    the offsets the replay reported starting from."""
+    starts: list[int] = []
+    graph = asyncio.run(
+        replay_tenant(settings, tenant, root, progress=lambda at, end: starts.append(at), **kw)
+    )
+    out = export_nquads(graph) if graph is not None else ""
+    del graph
+    gc.collect()
+    return out, starts
+
+
 def test_a_replay_starts_at_the_nearest_snapshot_and_equals_one_from_zero(
     settings: Settings, tmp_path: Path
 ) -> None:
     tenant = "snapr"
     asyncio.run(produce(settings, [(tenant.encode(), value) for value in events(tenant, 40)]))
 
-    def replay(root: Path, **kw: object) -> tuple[str, list[int]]:
-        starts: list[int] = []
-        graph = asyncio.run(
-            replay_tenant(settings, tenant, root, progress=lambda at, end: starts.append(at), **kw)
-        )
-        out = export_nquads(graph) if graph is not None else ""
-        del graph
-        gc.collect()
-        return out, starts
+    replay = functools.partial(replayed, settings, tenant)
 
     whole, _ = replay(tmp_path / "zero")
     snaps = Snapshots(LocalObjects(tmp_path / "objects"))
