@@ -13,14 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
-from engram.projections.terms import ASSERTED, INFERRED, MEMORY_PREFIX, RDF_TYPE, e
+from engram.projections.terms import ASSERTED, INFERRED, MEMORY_PREFIX, RDF_TYPE, e, time_order
 from engram.schemas import vocabulary as v
 from pyoxigraph import NamedNode, Quad, Store
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MICROSECOND = timedelta(microseconds=1)
 ONE_VALUED = ("memoryId", "recordedAt", "kind", "scope", "stakeholderUser")
 TRACKED = {e(name): name for name in (*ONE_VALUED, "stakeholderTeam")}
 
@@ -33,21 +30,6 @@ class Row:
     iri: str
     facts: dict[str, str] = field(default_factory=dict)
     teams: set[str] | None = None
-
-    def key(self) -> tuple[int, str] | None:
-        """Newest first, then by id (as ``ORDER BY DESC(?at) ?id``); None: not a listed memory."""
-        memory_id, at = self.facts.get("memoryId"), self.facts.get("recordedAt")
-        if memory_id is None or at is None:
-            return None
-        return -_microseconds(at), memory_id
-
-
-def _microseconds(at: str) -> int:
-    """An xsd:dateTime's instant, comparable across its lexical forms (``.5Z`` and ``.500Z``)."""
-    moment = datetime.fromisoformat(at)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - EPOCH) // MICROSECOND
 
 
 class Listing:
@@ -129,11 +111,15 @@ class Listing:
         return found
 
     def rows(self) -> list[Row]:
-        """Every listed memory's row, newest recorded first."""
+        """Every listed memory's row (one with an id and a recording time), newest recorded first,
+        then by id (as ``ORDER BY DESC(?at) ?id``: two stable sorts, the last key first)."""
         if self._order is None:
-            keyed = [(key, row) for row in self._rows.values() if (key := row.key()) is not None]
-            keyed.sort(key=lambda kr: kr[0])
-            self._order = [row for _, row in keyed]
+            listed = [
+                row for row in self._rows.values() if "memoryId" in row.facts and "recordedAt" in row.facts
+            ]
+            listed.sort(key=lambda row: row.facts["memoryId"])
+            listed.sort(key=lambda row: time_order(row.facts["recordedAt"]), reverse=True)
+            self._order = listed
         return self._order
 
 
