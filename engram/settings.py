@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import engram.ontology
 import engram.rules
+from engram.files import create_once
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout (installed: site-packages)
 ONTOLOGY_DIR = Path(engram.ontology.__file__).parent  # ontology/ in a checkout, engram/ontology installed
@@ -330,12 +331,9 @@ class Settings(BaseSettings):
         if self.auth_secret:
             return self.auth_secret
         path = self.data_dir / "auth-secret"
-        if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            path.touch(mode=0o600)
-            path.write_text(secrets.token_urlsafe(48))
-            log.info("made a new auth secret in %s", path)  # tokens signed with another are refused
-        return path.read_text().strip()
+        if not path.exists():  # tokens signed with another are refused
+            log.info("making an auth secret in %s, if no other process does first", path)
+        return create_once(path, lambda: secrets.token_urlsafe(48).encode()).decode().strip()
 
     def api_url(self) -> str:
         """The URL this process's API is reached at by the others of its group (``advertised_url``)."""
@@ -351,10 +349,8 @@ class Settings(BaseSettings):
         directory gets a group of its own and replays the log from the start.
         """
         marker = self.data_dir / "instance-id"
-        if not marker.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            marker.write_text(uuid.uuid4().hex[:12])
-        return f"{self.consumer_group}-{marker.read_text().strip()}"
+        instance = create_once(marker, lambda: uuid.uuid4().hex[:12].encode(), mode=0o644)
+        return f"{self.consumer_group}-{instance.decode().strip()}"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -12,7 +12,6 @@ put new personal data on the log for a memory that was forgotten.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import threading
@@ -22,6 +21,8 @@ from typing import Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from engram.schemas import vocabulary as v
+
+from engram.files import create_once
 
 ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
 # Unwrapped keys kept, the most recently used (~350 bytes each): every memory has a key of its own,
@@ -46,14 +47,9 @@ class LocalMasterKey:
     """A 256-bit AES-GCM key in a local file, made on first use (mode 0600)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(AESGCM.generate_key(bit_length=256))
-                f.flush()
-                os.fsync(f.fileno())
-        self._aead = AESGCM(path.read_bytes())
+        # made whole then linked into place: processes starting together on a fresh key volume all
+        # read the one key, never a file still being written (engram.files)
+        self._aead = AESGCM(create_once(path, lambda: AESGCM.generate_key(bit_length=256)))
 
     def encrypt(self, plaintext: bytes, context: bytes) -> bytes:
         nonce = os.urandom(12)
@@ -97,15 +93,13 @@ class KeyStore:
             elif path.with_suffix(".erased").exists():
                 raise KeyErased(f"the key of {key_id} was destroyed: that memory was forgotten")
             else:
-                key = AESGCM.generate_key(bit_length=256)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                _write_durably(tmp, self.master.encrypt(key, self._context(tenant, key_id)))
-                with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
-                    os.link(tmp, path)
-                tmp.unlink()
-                _sync_dir(path.parent)  # durable before any event sealed with it is on the log
-                key = self.master.decrypt(path.read_bytes(), self._context(tenant, key_id))
+                # durable before any event sealed with it is on the log; if another process made
+                # it first, theirs is the key
+                context = self._context(tenant, key_id)
+                wrapped = create_once(
+                    path, lambda: self.master.encrypt(AESGCM.generate_key(bit_length=256), context)
+                )
+                key = self.master.decrypt(wrapped, context)
             self._cache[(tenant, key_id)] = key
             if len(self._cache) > KEY_CACHE:
                 self._cache.popitem(last=False)
@@ -141,21 +135,6 @@ def erasures(keys_dir: Path, tenant: str) -> int:
         return (keys_dir / tenant / ERASURES).stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _sync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ReadOnlyKeys:
