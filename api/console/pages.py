@@ -95,7 +95,11 @@ async def context(c: Console, request: Request, s: Session) -> Response:
         bundle = await c.get(request, s, "/context", {"q": q} if q else None)
     except Refused as exc:
         return c.render(request, s, "context.html", status=exc.status, q=q, bundle=None, error=exc.message)
-    return c.render(request, s, "context.html", q=q, bundle=bundle, predicates=STATUS_PREDICATES)
+    # the conflicts block names each memory by its label, as the blocks above it do
+    labels = {m["id"]: m["label"] for block in bundle["blocks"] for m in block["items"]}
+    return c.render(
+        request, s, "context.html", q=q, bundle=bundle, predicates=STATUS_PREDICATES, labels=labels
+    )
 
 
 async def tree(c: Console, request: Request, s: Session) -> Response:

@@ -170,6 +170,28 @@ def test_the_context_shows_the_bundle_and_a_status_opens_into_its_derivation(
     page.context.close()
 
 
+def test_the_contexts_conflicts_read_as_sentences_with_links_not_a_raw_dict(
+    srv: Server, browser: Any
+) -> None:
+    t = fresh()
+    write(srv, t, "/memories", CAP)
+    newer = {**CAP, "memory_id": "meta-cap-2", "label": "Meta cap, raised", "on_conflict": "keep_both"}
+    write(srv, t, "/memories", {**newer, "properties": {**CAP["properties"], "amount": 45000}})
+    page = signed_in(srv, browser, t)
+    page.goto("/console/context")
+    block = page.locator("section", has=page.get_by_role("heading", name="Conflicts"))
+    (line,) = block.locator("li.conflict").all()
+    text = " ".join(line.inner_text().split())
+    assert text.startswith("Meta cap, raised wins over Meta monthly cap: same scope: the newer one wins"), (
+        text
+    )
+    assert "{" not in block.inner_text() and "looks_accidental" not in block.inner_text()
+    hrefs = [a.get_attribute("href") for a in line.locator("a").all()]
+    assert hrefs == ["/console/memories/meta-cap-2", "/console/memories/meta-cap"]
+    shot(page, "context-conflicts")
+    page.context.close()
+
+
 def test_a_budget_cap_made_in_the_generated_form_flips_status_as_spend_is_posted(
     srv: Server, browser: Any
 ) -> None:
