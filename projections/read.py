@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from engram.projections.explain import show
-from engram.projections.listing import team_scoped
+from engram.projections.listing import listed_id
 from engram.projections.plan import GraphState
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, INFERRED, META, RDF_TYPE, e, memory_iri
@@ -31,6 +31,7 @@ def list_memory_ids(
     scope: str | None = None,
     memory_class: str | None = None,
     active: bool | None = None,
+    min_importance: int | None = None,
     seen_by: Principal | None = None,
 ) -> list[str]:
     """Ids of the memories matching every given filter, newest first; with ``seen_by``, only those
@@ -39,29 +40,33 @@ def list_memory_ids(
     are read as the sets of memories that have them."""
     sight = seen_by is not None and not seen_by.sees_everything
     columns = [*(["kind"] if kind is not None else []), *(["scope"] if scope is not None or sight else [])]
+    columns += ["importance"] if min_importance is not None else []
     columns += ["stakeholderUser", "stakeholderTeam"] if sight else []
     listing = graph.listing(columns)
     typed = (
         None if memory_class is None else listing.of_class(graph.store, NamedNode(v.class_iri(memory_class)))
     )
     actives = None if active is None else listing.of_class(graph.store, e("ActiveMemory"))
+    kinds = listing.column("kind") if kind is not None else {}
+    levels = listing.column("importance") if min_importance is not None else {}
+    users = listing.column("stakeholderUser") if sight else {}
     out = []
-    for row in listing.rows():
-        facts = row.facts
-        if kind is not None and facts.get("kind") != kind:
+    for iri in listing.rows():
+        if kind is not None and kinds.get(iri) != kind:
             continue
-        if scope is not None and facts.get("scope") != scope:
+        if scope is not None and listing.scope(iri) != scope:
             continue
-        if typed is not None and row.iri not in typed:
+        if min_importance is not None and int(levels.get(iri, 0)) < min_importance:
             continue
-        if actives is not None and (row.iri in actives) != active:
+        if typed is not None and iri not in typed:
+            continue
+        if actives is not None and (iri in actives) != active:
             continue
         if sight:
             assert seen_by is not None
-            held = facts.get("scope")
-            if held is None or not may_see(seen_by, held, facts.get("stakeholderUser"), team_scoped(row)):
+            if not may_see(seen_by, listing.scope(iri), users.get(iri), listing.team_scoped(iri)):
                 continue
-        out.append(facts["memoryId"])
+        out.append(listed_id(iri))
     return out
 
 

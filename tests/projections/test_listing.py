@@ -37,8 +37,8 @@ TIMES = [1_700_000_000_000, 1_700_000_000_500, 1_700_000_001_000, 1_700_000_000_
 
 def reference_ids(graph: TenantGraph, **filters: Any) -> list[str]:
     """The memories route's query before the listing: every filter in SPARQL, sorted by the store."""
-    kind, scope, memory_class, active, seen_by = (
-        filters.get(k) for k in ("kind", "scope", "memory_class", "active", "seen_by")
+    kind, scope, memory_class, active, min_importance, seen_by = (
+        filters.get(k) for k in ("kind", "scope", "memory_class", "active", "min_importance", "seen_by")
     )
     patterns = ["?m e:memoryId ?id ; e:recordedAt ?at ."]
     sight = seen_by is not None and not seen_by.sees_everything
@@ -51,6 +51,9 @@ def reference_ids(graph: TenantGraph, **filters: Any) -> list[str]:
     if scope is not None:
         patterns.append("?m e:scope ?scope .")
         subs[Variable("scope")] = Literal(scope)
+    if min_importance is not None:
+        patterns.append("?m e:importance ?importance . FILTER(?importance >= ?least)")
+        subs[Variable("least")] = Literal(min_importance)
     if memory_class is not None:
         patterns.append("?m a ?cls .")
         subs[Variable("cls")] = NamedNode(v.class_iri(memory_class))
@@ -94,10 +97,14 @@ holders = st.sampled_from(
     ]
 )
 memory_ids = st.sampled_from(IDS)
+importances = st.integers(min_value=1, max_value=5)
 steps = st.lists(
     st.one_of(
-        st.tuples(st.just("remember"), memory_ids, st.sampled_from(KINDS), holders, st.booleans()),
+        st.tuples(
+            st.just("remember"), memory_ids, st.sampled_from(KINDS), holders, st.booleans(), importances
+        ),
         st.tuples(st.just("revise"), memory_ids, st.sampled_from(KINDS)),
+        st.tuples(st.just("revise_importance"), memory_ids, importances),
         st.tuples(st.just("supersede"), memory_ids, memory_ids).filter(lambda s: s[1] != s[2]),
         st.tuples(st.just("restore"), memory_ids),
         st.tuples(st.just("forget"), memory_ids),
@@ -111,8 +118,8 @@ steps = st.lists(
 
 def as_event(step: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
     match step:
-        case ("remember", mid, kind, held, expiring):
-            fields: dict[str, Any] = {"kind": kind, **held}
+        case ("remember", mid, kind, held, expiring, importance):
+            fields: dict[str, Any] = {"kind": kind, "importance": importance, **held}
             if kind == "objective":
                 fields["memory_class"] = "PerformanceTargetMemory"
                 fields["properties"] = {"metric": "roas", "goal": 3.0}
@@ -121,6 +128,8 @@ def as_event(step: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
             return "MemoryRemembered", remembered(mid, **fields)
         case ("revise", mid, kind):
             return "MemoryRevised", {"memory_id": mid, "changes": {"kind": kind}}
+        case ("revise_importance", mid, importance):
+            return "MemoryRevised", {"memory_id": mid, "changes": {"importance": importance}}
         case ("supersede", old, new):
             return "MemorySuperseded", {"memory_id": old, "superseded_by": new}
         case ("restore", mid):
@@ -147,6 +156,9 @@ def assert_lists_equal(graph: TenantGraph) -> None:
             assert list_memory_ids(graph, memory_class=cls, seen_by=who) == reference_ids(
                 graph, memory_class=cls, seen_by=who
             )
+        for least in range(1, 6):
+            got = list_memory_ids(graph, min_importance=least, seen_by=who)
+            assert got == reference_ids(graph, min_importance=least, seen_by=who)
         for active in (True, False):
             got = list_memory_ids(graph, active=active, kind="fact", seen_by=who)
             assert got == reference_ids(graph, active=active, kind="fact", seen_by=who)
