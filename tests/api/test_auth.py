@@ -198,6 +198,35 @@ def test_a_bucket_refills_at_the_rate() -> None:
     assert limits.take(key, now=0.5) == 0.5
 
 
+def test_a_request_is_charged_its_own_time_not_the_collectors_walk_of_everyones_garbage() -> None:
+    """A full collection runs in whichever request's allocation crosses the threshold; a flood of
+    one tenant's large pages made one land in another tenant's cheap read (60-130 ms: its burst)."""
+    import asyncio
+    import gc
+
+    from engram.api.limits import Busy, Collections
+
+    Collections.install()
+    heap = [[i, [i]] for i in range(300_000)]  # everyone's objects, which a full collection walks
+
+    async def cheap_read_in_which_a_full_collection_lands() -> int:
+        before = Collections.seconds()
+        gc.collect()
+        walked.append(Collections.seconds() - before)
+        return sum(range(10_000))  # the read's own work
+
+    walked: list[float] = []
+    busy = Busy(cheap_read_in_which_a_full_collection_lands())
+
+    async def run() -> int:
+        return await busy
+
+    assert asyncio.run(run()) == sum(range(10_000))
+    assert walked[0] > 0.005, walked  # the collection took real time on this thread
+    assert busy.seconds < walked[0] / 2, (busy.seconds, walked)  # and none of it was charged
+    del heap
+
+
 def test_sparql_is_for_operators_and_auditors() -> None:
     api = client()
     q = {"query": "SELECT * WHERE { ?s ?p ?o } LIMIT 1"}
