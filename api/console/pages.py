@@ -115,7 +115,7 @@ async def tree(c: Console, request: Request, s: Session) -> Response:
 
 # -- memories --------------------------------------------------------------------------------
 
-FILTERS = ("kind", "scope", "class", "active")
+FILTERS = ("kind", "scope", "class", "min_importance", "active")
 
 
 async def memories(c: Console, request: Request, s: Session) -> Response:
@@ -133,6 +133,8 @@ async def memories(c: Console, request: Request, s: Session) -> Response:
                 body["kind"] = [chosen["kind"]]
             if chosen["class"]:
                 body["class"] = [chosen["class"]]
+            if least := chosen["min_importance"]:  # else recall's own floor (Low); not a number: its 422
+                body["min_importance"] = int(least) if least.isdigit() else least
             answer = await c.call(request, s, "POST", "/recall", json=body)
             if answer.status_code != 200:
                 raise Refused(answer.status_code, message(answer))
@@ -151,11 +153,12 @@ async def memories(c: Console, request: Request, s: Session) -> Response:
     )  # fmt: skip
 
 
-def vocab() -> dict[str, list[str]]:
+def vocab() -> dict[str, Any]:
     return {
         "kind": [k.value for k in v.Kind],
         "scope": [s.value for s in v.Scope],
         "importance": [str(i.value) for i in v.Importance],
+        "importance_names": {str(i.value): f"{i.value} {i.name.lower()}" for i in v.Importance},
     }
 
 

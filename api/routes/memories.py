@@ -67,6 +67,10 @@ async def list_memories(
     scope: Scope | None = None,
     memory_class: Annotated[str | None, Query(alias="class", max_length=1024, pattern=CLASS_PATTERN)] = None,
     active: bool | None = None,
+    min_importance: Annotated[
+        int | None,
+        Query(ge=min(v.Importance), le=max(v.Importance), description="Least importance tier (1-5)"),
+    ] = None,
     valid_at: ValidAt = None,
     as_of: AsOfParam = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -86,7 +90,13 @@ async def list_memories(
     if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
         return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
     ids = list_memory_ids(
-        graph, kind=kind, scope=scope, memory_class=memory_class, active=active, seen_by=who
+        graph,
+        kind=kind,
+        scope=scope,
+        memory_class=memory_class,
+        active=active,
+        min_importance=min_importance,
+        seen_by=who,
     )
     if valid_at is not None:
         ids = [i for i in ids if held_at(graph, i, valid_at)]

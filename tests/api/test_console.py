@@ -327,6 +327,29 @@ def test_edit_keeps_clears_and_sets_and_a_proposal_is_accepted(srv: Server, brow
     page.context.close()
 
 
+def test_the_memories_page_filters_by_least_importance(srv: Server, browser: Any) -> None:
+    t = fresh()
+    for label, importance in (("Low note", 2), ("High note", 4), ("Critical note", 5)):
+        write(srv, t, "/memories", memory(label, importance=importance))
+    page = signed_in(srv, browser, t)
+    page.goto("/console/memories")
+    assert "3 memories." in page.locator("main").inner_text()
+    page.get_by_label("Importance at least").select_option("4")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**min_importance=4**")
+    labels = page.locator("tbody td:first-child").all_inner_texts()
+    assert labels == ["Critical note", "High note"], labels
+    assert "2 memories." in page.locator("main").inner_text()
+    assert page.get_by_label("Importance at least").input_value() == "4"  # kept for the next page
+    page.get_by_label("Search (recall)").fill("note")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**q=note**")
+    found = sorted(page.locator("tbody td:first-child").all_inner_texts())
+    assert found == ["Critical note", "High note"], found  # recall with the same floor
+    shot(page, "memories-importance")
+    page.context.close()
+
+
 def test_a_form_without_the_sessions_csrf_token_is_refused(srv: Server, browser: Any) -> None:
     t = fresh()
     write(srv, t, "/memories", memory("Markets", memory_id="markets"))

@@ -375,6 +375,13 @@ def test_known_query_parameters_still_pass(api: TestClient) -> None:
     assert api.get("/v1/tenants/acme/recall?q=x&kind=fact&class=Memory&fusion=bm25").status_code == 200
 
 
+def test_the_memories_list_takes_an_importance_floor_of_a_tier(api: TestClient) -> None:
+    assert api.get("/v1/tenants/acme/memories?min_importance=4").status_code == 200
+    for bad in ("0", "6", "high"):
+        [item] = assert_one_shape(api.get(f"/v1/tenants/acme/memories?min_importance={bad}"), 422)
+        assert item["loc"] == ["query", "min_importance"], item
+
+
 def test_the_docs_page_needs_no_internet(api: TestClient) -> None:
     page = api.get("/docs").text
     assert "cdn." not in page and "unpkg" not in page and "jsdelivr" not in page

@@ -93,6 +93,7 @@ def test_remember_recall_and_context_read_your_writes(live: Live) -> None:
         )
         page = mem.list_memories(kind="fact", limit=10)
         assert page.count == 1 and page.data[0].id == accepted.memory_id
+        assert mem.list_memories(min_importance=5).count == 1  # its tier and above
 
 
 def test_the_position_is_the_furthest_write_and_an_explicit_after_wins(live: Live) -> None:

@@ -233,18 +233,21 @@ class MemoryCalls(CallsBase):
         scope: Scope | None = None,
         memory_class: str | None = None,
         active: bool | None = None,
+        min_importance: int | None = None,
         valid_at: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
         explain: bool | None = None,
     ) -> Call[MemoryPage]:
-        """The memories the principal may see, filtered (``limit`` at most 1000); ``explain=False``
-        leaves each memory's ``derived`` out (statuses, classes and conflicts kept): far cheaper."""
+        """The memories the principal may see, filtered (``min_importance``: a tier 1-5 and above;
+        ``limit`` at most 1000); ``explain=False`` leaves each memory's ``derived`` out (statuses,
+        classes and conflicts kept): far cheaper."""
         params = {
             "kind": kind,
             "scope": scope,
             "class": memory_class,
             "active": active,
+            "min_importance": min_importance,
             "valid_at": valid_at,
             "limit": limit,
             "offset": offset,
