@@ -169,6 +169,25 @@ def episodes_in(graph: TenantGraph, session_id: str, sees: MemoryFilter) -> dict
     }
 
 
+def session_memories(graph: TenantGraph, session_id: str) -> list[str]:
+    """The memories a session's work touched, sorted by id: those its decisions relied on (cited, or
+    associated as supporting them: ``:basedOn``) and those associated, by any relation, with one of
+    its episodes, tool calls or decisions. Every one, active or not (``summarise`` keeps those its
+    reader may see and counts the active)."""
+    s = agent_iri("session", session_id)
+    nodes = [q.subject for q in graph.store.quads_for_pattern(None, e("inSession"), s, ASSERTED)]
+    found: set[str] = set()
+    for n in nodes:
+        for q in graph.store.quads_for_pattern(n, e("basedOn"), None, INFERRED):
+            found.add(q.object.value)
+        for here, there in (("associationTo", "associationFrom"), ("associationFrom", "associationTo")):
+            for a in graph.store.quads_for_pattern(None, e(here), n, ASSERTED):
+                found.update(
+                    q.object.value for q in graph.store.quads_for_pattern(a.subject, e(there), None, ASSERTED)
+                )
+    return sorted(m.removeprefix(MEMORY_PREFIX) for m in found if m.startswith(MEMORY_PREFIX))
+
+
 def decisions_relying_on(graph: TenantGraph, memory_id: str, who: Principal, sees: MemoryFilter) -> list[str]:
     """The decisions ``who`` may see that relied on the memory (``:basedOn``, rules/plans.dlog:
     cited, or associated as supporting the decision), in log order."""

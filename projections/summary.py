@@ -3,7 +3,7 @@
 What an agent (or a person) needs to orient in a topic or a session: how many memories, of which
 kinds, classes and scopes, how the rules judge them (statuses, conflicts), and the most important
 ones in their own words. The summary is a pure function of the graph and a set of memory ids, so
-whatever chooses the set (a topic here; a session's memories, once sessions exist) plugs in, and
+whatever chooses the set (a topic here; a session's memories, ``agents.session_memories``) plugs in, and
 the same graph and set always give the same answer, byte for byte: every count is sorted by name,
 every list by a total order, and nothing depends on the clock or on the order the ids came in.
 

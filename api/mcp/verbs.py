@@ -150,8 +150,9 @@ VERBS: tuple[Verb, ...] = (
     Verb(
         "summarise",
         "A deterministic, extractive summary (no model) of the active memories about a topic, or of "
-        "all of them: counts by kind, class, scope and importance, statuses, conflicts, the most "
-        "important in their own words, and the same as markdown (text).",
+        "all of them, or of a session's (those its decisions relied on and those associated with its "
+        "work): counts by kind, class, scope and importance, statuses, conflicts, the most important "
+        "in their own words, and the same as markdown (text); as_of: as the system knew them then.",
         "GET",
         "/summary",
     ),

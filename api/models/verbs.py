@@ -187,6 +187,8 @@ class SummaryItem(BaseModel):
 
 class SummaryAnswer(BaseModel):
     topic: str | None
+    session: str | None = Field(None, description="The session whose memories these are")
+    as_of: str | None = Field(None, description="The system time asked for: a log position or a UTC time")
     count: int
     active: int
     by_kind: dict[str, int]

@@ -43,6 +43,7 @@ from engram.api.models.verbs import (
     Superseded,
 )
 from engram.commands.resolutions import supersede_losers
+from engram.projections.agents import may_see_node, session_memories
 from engram.projections.justify import NoSuchFact, justify
 from engram.projections.read import get_memory
 from engram.projections.recognize import Recognition, recognize
@@ -202,7 +203,7 @@ async def resolve_route(
     return ResolveAnswer(policy=body.policy, applied=apply, sets=shown)
 
 
-@router.get("/summary", response_model=SummaryAnswer, responses=responses(422))
+@router.get("/summary", response_model=SummaryAnswer, responses=responses(422, 503))
 async def summary_route(
     tenant: TenantId,
     graph: SearchStore,
@@ -214,17 +215,37 @@ async def summary_route(
             min_length=1, max_length=QUERY_MAX, description="What to summarise; absent: every active memory"
         ),
     ] = None,
+    session: Annotated[
+        str | None,
+        Query(
+            pattern=anchored(v.ID_RE.pattern),
+            description="A session's memories: those its decisions relied on and those associated with "
+            "its episodes, tool calls or decisions (with topic: those of them it is about)",
+        ),
+    ] = None,
     top: Annotated[int, Query(ge=0, le=100, description="How many of the most important to show")] = 10,
+    as_of: AsOfParam = None,
 ) -> SummaryAnswer:
     """A deterministic, extractive summary (no model): the memories a topic is about (sharing a
-    word with it, or similar to it), by kind, class, scope and importance, their statuses and
-    conflicts, the most important in their own words, and the same as markdown."""
-    if graph is None:
-        return SummaryAnswer(topic=topic, **empty(topic))
+    word with it, or similar to it), or a session's, by kind, class, scope and importance, their
+    statuses and conflicts, the most important in their own words, and the same as markdown; with
+    ``as_of``, as the system knew them then."""
     if topic is not None and not topic.strip():
         raise problem(422, "topic must not be blank", ["query", "topic"])
-    if topic is None:
-        ids = all_active(graph)
+    stores = runtime.stores
+    if as_of is not None:
+        past = await past_stores(runtime, tenant, as_of)
+        graph, stores = past.graph, past.stores
+    if session is not None and (graph is None or not may_see_node(graph, who, "session", session)):
+        raise not_found(f"session {session}", ["query", "session"])
+    title = topic if session is None else f"session {session}{': ' + topic if topic else ''}"
+    shown = {"topic": topic, "session": session, "as_of": as_of_text(as_of)}
+    if graph is None:
+        return SummaryAnswer(**shown, **empty(title))
+    if topic is not None:
+        ids = about(stores.indexes(tenant), topic, who, runtime.query_vector(topic))
+        if session is not None:
+            ids = sorted(set(ids) & set(session_memories(graph, session)))
     else:
-        ids = about(runtime.stores.indexes(tenant), topic, who, runtime.query_vector(topic))
-    return SummaryAnswer(topic=topic, **summarise(graph, ids, who, top=top, title=topic))
+        ids = all_active(graph) if session is None else session_memories(graph, session)
+    return SummaryAnswer(**shown, **summarise(graph, ids, who, top=top, title=title))

@@ -344,6 +344,37 @@ def test_summarise_is_deterministic_and_sees_only_what_the_reader_may(srv: Serve
     assert call(srv, "GET", t, "/summary", **SAM).json()["count"] == 4
 
 
+def test_summarise_a_session_and_as_of_a_moment(srv: Server) -> None:
+    t = tenant()
+    seed(srv, t, secret=False)  # the cap, the voice and the launch day
+    write(srv, t, {"session_id": "s1", "goal": "December plan", "source": "agent"}, "/sessions")
+    decided = {"decision_id": "d1", "session_id": "s1", "decision": "Hold Meta spend", "relied_on": ["cap"]}
+    before = write(srv, t, {**decided, "source": "agent"}, "/decisions")
+    write(
+        srv, t, {"episode_id": "e1", "summary": "Drafts the copy", "source": "agent"}, "/sessions/s1/episodes"
+    )
+    link = {"from": "voice", "to": "episode:e1", "relation": "relates_to", "source": "agent"}
+    write(srv, t, link, "/associations")
+
+    def summary(**params: Any) -> Any:
+        r = call(srv, "GET", t, "/summary", params=params)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    got = summary(session="s1")
+    assert sorted(i["id"] for i in got["top"]) == ["cap", "voice"] and got["count"] == 2  # not the launch day
+    assert (got["session"], got["topic"], got["as_of"]) == ("s1", None, None)
+    assert got["text"].startswith("# Summary: session s1\n")
+    assert [i["id"] for i in summary(session="s1", topic="brand voice")["top"]] == ["voice"]
+    position = f"{before['partition']}:{before['offset']}"
+    then = summary(session="s1", as_of=position)  # the decision recorded, the association not yet
+    assert ([i["id"] for i in then["top"]], then["as_of"]) == (["cap"], position)
+    assert summary(as_of=position)["count"] == 3 == summary()["count"]
+    for params, who in (({"session": "s1"}, ANN), ({"session": "nope"}, {})):
+        r = call(srv, "GET", t, "/summary", params=params, **who)
+        assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["query", "session"], r.text
+
+
 HOSTILE: list[tuple[str, str, Any, Any]] = [
     ("POST", "/recognize", {}, None),
     ("POST", "/recognize", {"label": ""}, None),
@@ -377,6 +408,8 @@ HOSTILE: list[tuple[str, str, Any, Any]] = [
     ("GET", "/summary", None, {"topic": "   "}),
     ("GET", "/summary", None, {"topic": ""}),
     ("GET", "/summary", None, {"session": "s1"}),
+    ("GET", "/summary", None, {"session": "../s1"}),
+    ("GET", "/summary", None, {"as_of": "yesterday"}),
 ]
 
 

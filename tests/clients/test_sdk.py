@@ -348,6 +348,8 @@ def test_the_agent_verbs_at_their_routes(live: Live) -> None:
         summary = mem.summarise("meta", top=3)
         assert isinstance(summary, Summary) and summary.topic == "meta"
         assert [i.id for i in summary.top] == ["meta-cap"] and "Meta monthly cap" in summary.text
+        of_session = mem.summarise(session=session.id)  # the episode's association names the cap
+        assert (of_session.session, [i.id for i in of_session.top]) == (session.id, ["meta-cap"])
 
         mem.end_session(session.id, "decided; the cap is breached", wait=True)
         assert mem.episodes_in(session.id).outcome == "decided; the cap is breached"

@@ -110,11 +110,22 @@ class VerbCalls(CallsBase):
             positions=_resolved_events,
         )
 
-    def summarise(self, topic: str | None = None, *, top: int | None = None) -> Call[Summary]:
+    def summarise(
+        self,
+        topic: str | None = None,
+        *,
+        session: str | None = None,
+        top: int | None = None,
+        as_of: str | None = None,
+    ) -> Call[Summary]:
         """A deterministic, extractive summary (``GET …/summary``, no model) of the active memories
-        about ``topic``, or of all of them: counts, statuses, conflicts, the ``top`` most important
-        and the same as markdown (``text``)."""
-        return self._read("/summary", Summary.model_validate, topic=topic, top=top)
+        about ``topic``, or of all of them, or of a ``session``'s (those its decisions relied on and
+        those associated with its work; with ``topic``, those of them it is about): counts,
+        statuses, conflicts, the ``top`` most important and the same as markdown (``text``).
+        ``as_of`` (a time or ``partition:offset``): as the system knew them then."""
+        return self._read(
+            "/summary", Summary.model_validate, topic=topic, session=session, top=top, as_of=as_of
+        )
 
     # -- plans and decisions --------------------------------------------------------------------
     def check_plan(

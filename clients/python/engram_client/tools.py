@@ -115,6 +115,7 @@ class ResolveArgs(_Args):
 
 class SummariseArgs(_Args):
     topic: str | None = Field(None, description="What to summarise; absent: every active memory")
+    session_id: str | None = Field(None, description="A session whose memories to summarise")
     top: int = Field(10, ge=0, le=100, description="How many of the most important to show")
 
 
@@ -296,10 +297,10 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "summarise",
-            "A summary of what is known about a topic (or everything): counts, statuses, conflicts "
-            "and the most important memories, as markdown.",
+            "A summary of what is known about a topic, a session or everything: counts, statuses, "
+            "conflicts and the most important memories, as markdown.",
             SummariseArgs,
-            lambda c, a: c.summarise(a.topic, top=a.top),
+            lambda c, a: c.summarise(a.topic, session=a.session_id, top=a.top),
             lambda s: s.text,
         ),
         ToolSpec(

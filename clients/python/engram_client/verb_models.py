@@ -145,9 +145,12 @@ class SummaryItem(Answer):
 
 
 class Summary(Answer):
-    """A deterministic summary of a topic (or of every active memory); ``text`` as markdown."""
+    """A deterministic summary of a topic, a session's memories or every active memory; ``text``
+    as markdown; ``as_of`` the system time asked for."""
 
     topic: str | None = None
+    session: str | None = None
+    as_of: str | None = None
     count: int = 0
     active: int = 0
     by_kind: dict[str, int] = Field(default_factory=dict)
