@@ -47,8 +47,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from engram.console.stack import demo_envelopes
-from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import load_settings
+from tests.harness import Server, isolated_settings, settings_env
 
 TENANT = "acme"
 USER = "dana"

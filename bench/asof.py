@@ -45,8 +45,8 @@ from engram.streams.snapshots import Snapshots
 from engram.streams.topics import ensure_topics
 
 from bench.rematerialise import TENANT, produce, workload
-from engram.harness import isolated_settings
 from engram.settings import Settings, load_settings
+from tests.harness import isolated_settings
 
 log = logging.getLogger("bench.asof")
 

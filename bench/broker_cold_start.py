@@ -13,8 +13,8 @@ from pathlib import Path
 
 from engram.streams import kafka_local
 
-from engram.harness import free_port
 from engram.settings import load_settings
+from tests.harness import free_port
 
 
 def main(runs: int = 3) -> None:

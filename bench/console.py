@@ -44,8 +44,8 @@ from engram.streams.topics import ensure_topics
 from playwright.sync_api import sync_playwright
 
 from bench.agent_turn import TENANT, TOPICS, USER, build
-from engram.harness import Server, isolated_settings
 from engram.settings import load_settings
+from tests.harness import Server, isolated_settings
 from tests.projections.test_listing import reference_ids  # the route's query before the listing
 
 PAGES = {"context": "/console/context?q=how+much+can+we+spend+on+meta", "memories": "/console/memories"}

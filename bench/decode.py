@@ -150,9 +150,16 @@ def main() -> None:
     here = Path(__file__).resolve().parent.parent
     checkouts = {"this": here, **({"compare": args.compare.resolve()} if args.compare else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from checkouts import importable
+
+    tmp = tempfile.TemporaryDirectory(prefix="decode-")
+    # each checkout's own engram and stages first on the child's path (bench/checkouts.py), then
+    # this checkout for the bench's own helpers (the child runs this file)
+    layouts = {name: importable(root, Path(tmp.name) / name) for name, root in checkouts.items()}
     for _ in range(args.rounds):
         for name, root in checkouts.items():
-            env = {**os.environ, "PYTHONPATH": f"{root}:{root}/clients/python"}
+            env = {**os.environ, "PYTHONPATH": f"{layouts[name]}:{here}:{root}/clients/python"}
             argv = [sys.executable, str(Path(__file__).resolve()), "--child"]
             argv += [
                 "--events",
@@ -164,6 +171,7 @@ def main() -> None:
             ]
             done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, cwd=root)
             runs[name].append(json.loads(done.stdout))
+    tmp.cleanup()
     print(json.dumps({name: summary(r) for name, r in runs.items()}, indent=2))
 
 

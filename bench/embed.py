@@ -1,7 +1,7 @@
 """Texts/s of two embedders side by side in one run: float32 MiniLM (numpy, "old"), minilm-int8 ("new").
 
 The texts are REALTALK turns as ``engram produce`` embeds them (``embedding_text`` of the label and
-content of ``engram.evaluation.remember_lines``), in log order, handed to ``embed`` in calls of 1,
+content of ``tests.realtalk.remember_lines``), in log order, handed to ``embed`` in calls of 1,
 8, 32 and 128 texts, as the query worker (1), the API and the projector (a few) and ``produce``
 (many) do. Old and new alternate call by call over the same texts, so a busy machine slows both
 alike, and the whole pass is repeated (``--repeats``): each figure is the min / median over the
@@ -22,7 +22,7 @@ import time
 import numpy as np
 from engram.streams.embedder import MiniLM, MiniLMInt8, embedding_text
 
-from engram.evaluation import load_chats, remember_lines
+from tests.realtalk import load_chats, remember_lines
 
 
 def turns() -> list[str]:

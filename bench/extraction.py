@@ -37,9 +37,9 @@ from engram.streams.extraction.extractor import Turn
 from engram.streams.extraction.patterns import PatternExtractor
 from engram.streams.topics import ensure_topics
 
-from engram.evaluation import data_dir, load_chats
-from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import Settings, load_settings
+from tests.harness import Server, isolated_settings, settings_env
+from tests.realtalk import data_dir, load_chats
 
 SMALL_TALK = ("Morning!", "How are things?", "Busy week.", "Same here.", "Anyway.", "Right.", "OK.")
 

@@ -32,8 +32,8 @@ from engram.streams.embedder import load_embedder
 
 from bench.recall import embedded_events
 from bench.recall_quality import build, question_vectors, table
-from engram.evaluation import SPLITS, load_chats
 from engram.settings import load_settings
+from tests.realtalk import SPLITS, load_chats
 
 RETRIEVED = 300  # tantivy's best rescored per search (then cut to what recall asked for)
 Field = tuple[Counter[str], int]  # term counts, length

@@ -34,8 +34,9 @@ from typing import Any
 
 import httpx
 
-from engram.harness import Server, isolated_settings, settings_env
+from bench.checkouts import importable
 from engram.settings import load_settings
+from tests.harness import Server, isolated_settings, settings_env
 
 STAGES = ("http_in", "sealed", "checked", "acked", "taken", "committed", "indexed", "released", "response")
 
@@ -194,7 +195,11 @@ class Traced:
     def start(self) -> None:
         self.settings.token_secret()
         env = {**os.environ, **settings_env(self.settings)}
-        env["PYTHONPATH"] = f"{self.checkout}:{self.checkout / 'clients' / 'python'}"
+        # that checkout's engram and stages first on the server's path (bench/checkouts.py), then
+        # this one for the tracer's own helpers (the server runs this file's ``serve``)
+        layout = importable(self.checkout, self.trace.parent / "checkout")
+        here = Path(__file__).resolve().parents[1]
+        env["PYTHONPATH"] = f"{layout}:{here}:{self.checkout / 'clients' / 'python'}"
         if self.profile:
             env["LATENCY_PROFILE"] = str(self.trace.with_name("profile.txt"))
         here = Path(__file__).resolve()
@@ -206,7 +211,7 @@ class Traced:
         )
         with open(self.server.log_path, "ab") as log:
             self.server.proc = subprocess.Popen(
-                [sys.executable, "-c", code], env=env, cwd=self.checkout, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-c", code], env=env, cwd=layout, stdout=log, stderr=subprocess.STDOUT
             )
         self.server.wait_ready(timeout=120)
         self.client = httpx.Client(base_url=self.server.url, timeout=60, auth=self.server.http.auth)

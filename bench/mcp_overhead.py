@@ -32,8 +32,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import load_settings
+from tests.harness import Server, isolated_settings, settings_env
 
 TENANT = "bench-mcp"
 TOPICS = ["budget", "brand voice", "meta ads", "roas target", "launch plan", "audience", "creative"]

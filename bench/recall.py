@@ -43,9 +43,9 @@ from engram.streams.indexer import Indexer
 from engram.streams.producer import EventProducer
 from engram.streams.topics import ensure_topics
 
-from engram.evaluation import Chat, load_chats, remember_lines, summarise
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
+from tests.harness import Server, isolated_settings
+from tests.realtalk import Chat, load_chats, remember_lines, summarise
 
 
 def say(msg: str) -> None:

@@ -1,6 +1,6 @@
 """Recall quality on REALTALK: R@5, R@10 and MRR per question type, dev and held-back splits.
 
-Every turn is one memory (one tenant per chat, ``engram.evaluation``), applied in process to a real
+Every turn is one memory (one tenant per chat, ``tests/realtalk.py``), applied in process to a real
 store (graph, tantivy, hnswlib) by the projection code; every question is asked through the same
 ``recall`` the route calls, with the route's defaults (limit 10, the tenant's clock), for each
 fusion the route offers. The default ranking's changes are then switched off one at a time on the
@@ -38,9 +38,9 @@ from engram.streams.producer import EventProducer
 from engram.streams.topics import ensure_topics
 
 from bench.recall import embedded_events
-from engram.evaluation import SPLITS, Chat, load_chats, summarise
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
+from tests.harness import Server, isolated_settings
+from tests.realtalk import SPLITS, Chat, load_chats, summarise
 
 OPERATOR = Principal(role="operator")  # who the bench's HTTP token is; every turn is company-scoped
 

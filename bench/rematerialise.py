@@ -55,8 +55,8 @@ from engram.streams.snapshots import Snapshots
 from engram.streams.topics import ensure_topics
 
 from bench.throughput import produce_all
-from engram.harness import isolated_settings
 from engram.settings import load_settings
+from tests.harness import isolated_settings
 
 ACTOR = {"id": "bench", "role": "operator"}
 TENANT = "rebuild"

@@ -29,7 +29,6 @@ from typing import Any
 from engram.projections import tenant_graph
 from engram.projections.knowledge import DEFAULT_RULES_DIR, Knowledge, load_knowledge
 from engram.projections.rules.engine import RuleEngine
-from engram.projections.rules.reference.engine import RuleEngine as ReferenceEngine
 from engram.projections.stores import TenantStores
 from engram.projections.terms import GRAPHS
 from engram.schemas.events import Position, event_from_json
@@ -41,6 +40,7 @@ from engram.streams.topics import partition_for
 from pyoxigraph import Store
 
 from bench.throughput import workload
+from tests.projections.rules.reference.engine import RuleEngine as ReferenceEngine
 
 PARTITIONS = 6
 CONFIGS = ("off", "old", "new")

@@ -34,8 +34,8 @@ from engram.streams.producer import EventProducer
 from engram.streams.topics import drop_topics, partition_for
 
 from bench.throughput import workload
-from engram.harness import Server, free_port, isolated_settings
 from engram.settings import Settings, load_settings
+from tests.harness import Server, free_port, isolated_settings
 
 PARTITIONS = 12
 TICKS = os.sysconf("SC_CLK_TCK")

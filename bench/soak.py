@@ -31,8 +31,8 @@ import httpx
 from engram.streams import kafka_local
 from engram.streams.topics import drop_topics, ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import REPO, load_settings
+from tests.harness import Server, isolated_settings
 
 OUT = REPO / "bench" / "out"
 WORDS = [

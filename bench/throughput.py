@@ -43,8 +43,8 @@ from engram.streams.producer import EventProducer
 from engram.streams.projector import Record, handle_batch_with_retries
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings, load_settings
+from tests.harness import Server, isolated_settings
 
 ACTOR = {"id": "bench", "role": "operator"}  # memories are an operator's to write
 

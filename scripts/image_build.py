@@ -135,9 +135,10 @@ def build(root: Path, *, log: Path | None = None) -> Built:
                 _copy(step.args, built.src)
                 continue
             started = time.monotonic()
-            done = subprocess.run(
-                step.args, shell=True, cwd=built.src, env=env, capture_output=True, timeout=900
-            )
+            # the runtime stage has no sources: its steps run outside them, so a `python -c` there
+            # imports the installed wheel, never the copy in $SRC (the current directory is on sys.path)
+            cwd = built.src if step.stage == "build" else built.root
+            done = subprocess.run(step.args, shell=True, cwd=cwd, env=env, capture_output=True, timeout=900)
             out.write(f"$ {step.args}  # {time.monotonic() - started:.1f}s\n".encode() + done.stdout)
             out.write(done.stderr)
             if done.returncode != 0:

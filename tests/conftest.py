@@ -22,8 +22,8 @@ from engram.streams import kafka_local, s3_local
 from engram.streams.objects import Objects, S3Objects, open_objects
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, free_port, isolated_settings
 from engram.settings import REPO, Settings, load_settings
+from tests.harness import Server, free_port, isolated_settings
 from tests.tenant import Tenant
 
 # A plain `pytest` keeps the data directory `./dev test` uses (the broker's and s3proxy's storage

@@ -17,10 +17,10 @@ from typing import Any
 from urllib.parse import unquote
 
 import httpx
-
 from engram.api.auth import mint
-from engram.settings import Settings, load_settings
 from engram.streams.topics import ensure_topics
+
+from engram.settings import Settings, load_settings
 
 
 def free_port() -> int:

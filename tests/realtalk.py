@@ -23,20 +23,30 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-# Where REALTALK is: ENGRAM_REALTALK_DIR, else beside the checkout (../shared/data/realtalk), else
-# the workplace's copy; a clone elsewhere on the same machine still finds it.
-CANDIDATES = (REPO.parent / "shared" / "data" / "realtalk", Path("/work/shared/data/realtalk"))
+# Where REALTALK's Chat_*.json files are when no directory is given: ENGRAM_REALTALK_DIR, else the
+# checkout's own data directory (``.engram/realtalk``, beside what ./dev keeps; not in git).
+DEFAULT_DIR = REPO / ".engram" / "realtalk"
 
 
-def data_dir() -> Path:
-    given = os.environ.get("ENGRAM_REALTALK_DIR")
-    for path in ([Path(given)] if given else []) + list(CANDIDATES):
-        if any(path.glob("Chat_*.json")):
-            return path
-    raise FileNotFoundError(
-        "REALTALK not found: set ENGRAM_REALTALK_DIR to the directory of its Chat_*.json files "
-        f"(looked in {', '.join(str(p) for p in CANDIDATES)})"
-    )
+def data_dir(given: Path | None = None) -> Path:
+    """The REALTALK directory: ``given``, else ENGRAM_REALTALK_DIR, else ``DEFAULT_DIR``;
+    ``FileNotFoundError`` (saying how to point at it) if it holds no chat."""
+    path = given or Path(os.environ.get("ENGRAM_REALTALK_DIR") or DEFAULT_DIR)
+    if not any(path.glob("Chat_*.json")):
+        raise FileNotFoundError(
+            f"REALTALK not found in {path}: set ENGRAM_REALTALK_DIR to the directory of its "
+            f"Chat_*.json files (or put them in {DEFAULT_DIR})"
+        )
+    return path
+
+
+def available() -> bool:
+    """Whether REALTALK is where ``data_dir`` looks (the tests that read it skip when not)."""
+    try:
+        data_dir()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 DEV: tuple[str, ...] = ("1", "2", "3", "4", "5", "6")  # chat numbers ranking is tuned on
@@ -115,7 +125,7 @@ def load_chat(path: Path, tenant: str) -> Chat:
 
 
 def load_chats(directory: Path | None = None, names: Sequence[str] | None = None) -> list[Chat]:
-    directory = directory or data_dir()
+    directory = data_dir(directory)
     files = sorted(directory.glob("Chat_*.json"), key=lambda p: int(p.name.split("_")[1]))
     chats = []
     for path in files:

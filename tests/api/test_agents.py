@@ -18,8 +18,8 @@ from engram.projections.read import export_nquads
 from engram.streams.replay import replay_tenant
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
+from tests.harness import Server, isolated_settings
 
 T = "agents"
 SAM_AGENT = {"role": "agent", "user": "ads-agent", "on_behalf_of": "sam"}

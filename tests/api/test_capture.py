@@ -29,11 +29,10 @@ from engram.streams.conversations import handle_conversation_record, read_turns
 from engram.streams.keystore import KeyStore, ReadOnlyKeys
 from engram.streams.projector import Record
 
-from engram.harness import Server, serving, settings_env
 from engram.settings import Settings
 from tests.api.test_shred import hits, topic_bytes
-
-REALTALK = Path("/work/shared/data/realtalk/Chat_1_Emi_Elise.json")
+from tests.harness import Server, serving, settings_env
+from tests.realtalk import available, data_dir
 
 OWNER = "ana"
 SAID = [
@@ -312,11 +311,12 @@ def import_file(srv: Server, t: str, path: Path, *args: str) -> subprocess.Compl
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.skipif(not available(), reason="REALTALK not found: set ENGRAM_REALTALK_DIR")
 def test_import_conversations_stores_a_locomo_chat_and_json_lines_in_order(
     srv: Server, tmp_path: Path
 ) -> None:
     t = tenant()
-    chat = json.loads(REALTALK.read_text(encoding="utf-8"))
+    chat = json.loads((data_dir() / "Chat_1_Emi_Elise.json").read_text(encoding="utf-8"))
     piece = {"name": chat["name"], "session_1": chat["session_1"][:5], "session_2": chat["session_2"][:4]}
     locomo = tmp_path / "emi-elise.json"
     locomo.write_text(json.dumps(piece), encoding="utf-8")

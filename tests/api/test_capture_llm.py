@@ -21,9 +21,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from engram.streams import codec
 
-from engram.harness import Server, serving
 from engram.settings import Settings
 from tests.api.test_capture import until
+from tests.harness import Server, serving
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ import pytest
 from engram.api.auth import mint
 from engram.schemas import vocabulary as v
 
-from engram.harness import Server, serving
 from engram.settings import REPO, Settings
+from tests.harness import Server, serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -13,9 +13,9 @@ import uuid
 from engram.schemas import sealing
 from engram.streams.keystore import KeyStore
 
-from engram.harness import Server
 from engram.settings import Settings
 from tests.api.test_shred import hits, topic_bytes
+from tests.harness import Server
 
 
 def turns(mark: str) -> list[dict[str, str]]:

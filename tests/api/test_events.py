@@ -13,9 +13,9 @@ from aiokafka import AIOKafkaProducer
 from engram.streams import codec
 from engram.streams.topics import ensure_topics, partition_for
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from tests.factories import event
+from tests.harness import Server, isolated_settings
 
 pytestmark = pytest.mark.integration
 

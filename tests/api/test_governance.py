@@ -15,8 +15,8 @@ from engram.schemas.events import event_from_json
 from engram.streams.producer import EventProducer
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
+from tests.harness import Server, isolated_settings
 
 SAM = {"role": "user", "user": "sam", "teams": ["growth"]}
 ANN = {"role": "user", "user": "ann", "teams": ["brand"]}

@@ -31,8 +31,8 @@ from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, TextContent
 
 from engram.console.stack import demo_envelopes
-from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import Settings
+from tests.harness import Server, isolated_settings, settings_env
 
 pytestmark = pytest.mark.integration
 

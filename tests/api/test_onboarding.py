@@ -14,8 +14,8 @@ import httpx
 import pytest
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
+from tests.harness import Server, isolated_settings
 
 TARGET = {
     "label": "ROAS target",

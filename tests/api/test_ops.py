@@ -13,9 +13,9 @@ import pytest
 from engram.streams.producer import EventProducer
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from tests.factories import event, remembered
+from tests.harness import Server, isolated_settings
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from engram.harness import Server
+from tests.harness import Server
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from engram.schemas.events import Actor
 from engram.streams import codec
 
-from engram.harness import Server
 from engram.settings import Settings
 from tests.factories import event, remembered
+from tests.harness import Server
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from engram.schemas import sealing
 from engram.streams.objects import Objects, open_objects
 from engram.streams.replay import replay_tenant
 
-from engram.harness import Server
 from engram.settings import Settings
+from tests.harness import Server
 
 
 async def topic_bytes(settings: Settings, topic: str) -> bytes:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
+from tests.harness import Server, isolated_settings
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "sparql_service.txt"
 LIMIT_S = 1.0

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from engram.harness import Server, serving
 from engram.settings import Settings
+from tests.harness import Server, serving
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from engram.api.auth import mint
 from engram.streams.objects import S3Objects, open_objects
 from engram.streams.topics import ensure_topics
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
+from tests.harness import Server, isolated_settings
 
 
 @dataclass

@@ -24,9 +24,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from engram.harness import isolated_settings
 from engram.settings import Settings
 from tests.engram.test_docs import DemoServer
+from tests.harness import isolated_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "agents.md").read_text()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engram import audit
-from engram.harness import Server, settings_env
+from tests.harness import Server, settings_env
 
 
 def engram(server: Server, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from engram.streams.topics import partition_for
 
-from engram.harness import settings_env
 from engram.settings import Settings
 from tests.factories import envelope, remembered
+from tests.harness import settings_env
 
 pytestmark = pytest.mark.integration
 

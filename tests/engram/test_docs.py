@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from engram.cli import build_parser
-from engram.harness import Server, settings_env
 from engram.settings import Settings
+from tests.harness import Server, settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

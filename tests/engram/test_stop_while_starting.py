@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engram.harness import free_port, settings_env
 from engram.settings import Settings
+from tests.harness import free_port, settings_env
 
 pytestmark = pytest.mark.integration
 

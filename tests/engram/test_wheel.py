@@ -1,7 +1,8 @@
 """What users install: the built wheel holds one top-level name, ``engram``, with every module and
-data file the code reads at run time, and installed into a fresh environment outside the checkout
-it serves the demo tenant. The wheel and that environment come from the container image's build
-steps (scripts/image_build.py), run as the Dockerfile runs them, which must say the same."""
+data file the code reads at run time and nothing else (no test or bench helper), and installed into
+a fresh environment outside the checkout it serves the demo tenant. The wheel and that environment
+come from the container image's build steps (scripts/image_build.py), run as the Dockerfile runs
+them, which must say the same."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engram.harness import free_port, isolated_settings, settings_env
 from engram.settings import REPO, Settings
 from scripts.image_build import SOURCES, STEPS, Built, Step, build, check_serves
+from tests.harness import free_port, isolated_settings, settings_env
 
 # every package of the source tree (the tests aside), so a new one cannot be left out
 PACKAGES = tuple(sorted(p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name != "tests"))
@@ -32,6 +33,9 @@ DATA = (
     "api/console/templates/*",  # the console's pages and assets: no CDN, no build at run time
     "api/console/static/*",
 )
+# test and bench helpers that once lived in the server package and were shipped with it: a user's
+# environment has no use for them (they moved to tests/ in issue 34)
+HELPERS = ("engram/harness.py", "engram/evaluation.py", "engram/projections/rules/reference/")
 
 
 def installed_name(path: Path) -> str:
@@ -57,7 +61,7 @@ def wheel(image: Built) -> Path:
     return found
 
 
-def test_the_wheel_holds_one_name_and_every_module_and_data_file(wheel: Path) -> None:
+def test_the_wheel_holds_one_name_every_module_and_data_file_and_no_test_helper(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"engram"}
@@ -71,6 +75,11 @@ def test_the_wheel_holds_one_name_and_every_module_and_data_file(wheel: Path) ->
     }
     wanted |= {installed_name(p) for pattern in DATA for p in REPO.glob(pattern)}
     assert wanted - names == set()
+    # and nothing else: no module that is not the source tree's (a test helper, a stale build's)
+    modules = {n for n in names if n.endswith(".py")}
+    assert modules - wanted == set()
+    assert not {n for n in names for helper in HELPERS if n.startswith(helper)}
+    assert not {n for n in names if n.split("/")[1:2] in (["tests"], ["bench"])}
 
 
 @pytest.fixture(scope="module")

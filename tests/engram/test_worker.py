@@ -18,9 +18,9 @@ from engram.projections.stores import TenantStores
 from engram.streams.group import group_status
 from engram.streams.lag import LagMonitor
 
-from engram.harness import settings_env
 from engram.settings import Settings
 from tests.factories import envelope, remembered
+from tests.harness import settings_env
 
 pytestmark = pytest.mark.integration
 

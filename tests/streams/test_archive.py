@@ -43,9 +43,9 @@ from engram.streams.pipeline import seal as seal_event
 from engram.streams.replay import replay_tenant
 from engram.streams.topics import partition_count, partition_for
 
-from engram.harness import Server, isolated_settings, settings_env
 from engram.settings import Settings
 from tests.factories import event, remembered
+from tests.harness import Server, isolated_settings, settings_env
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from engram.schemas.events import event_from_json
 from engram.streams.producer import EventProducer
 from engram.streams.replay import replay_tenant
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from tests.factories import TenantModel, random_stream
+from tests.harness import Server, isolated_settings
 
 pytestmark = pytest.mark.integration
 

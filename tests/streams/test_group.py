@@ -17,9 +17,9 @@ from engram.streams.group import group_status, projector_group
 from engram.streams.objects import open_objects
 from engram.streams.topics import partition_for
 
-from engram.harness import Server, free_port, isolated_settings
 from engram.settings import Settings
 from tests.factories import random_stream
+from tests.harness import Server, free_port, isolated_settings
 from tests.streams.test_crash import Feeder, assert_equals_its_replay, interleave
 
 pytestmark = pytest.mark.integration

@@ -25,9 +25,9 @@ from engram.streams import kafka_local, local_process
 from engram.streams.replay import replay_tenant
 from engram.streams.topics import partition_for
 
-from engram.harness import Server
 from engram.settings import Settings
 from tests.api.test_outage import cpu_s
+from tests.harness import Server
 from tests.streams.test_group import PARTITIONS, members, start_all, wait_members
 
 pytestmark = pytest.mark.integration

@@ -31,9 +31,9 @@ from engram.streams.topics import ensure_topics
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engram.harness import Server, isolated_settings
 from engram.settings import Settings
 from tests.factories import event, remembered, unchecked_event
+from tests.harness import Server, isolated_settings
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from engram.streams.objects import LocalObjects
 from engram.streams.snapshots import Snapshots
 from engram.streams.topics import partition_for
 
-from engram.harness import Server
 from engram.settings import Settings
 from tests.factories import event, remembered
+from tests.harness import Server
 from tests.streams.test_snapshots import events
 
 PARTITIONS = 4

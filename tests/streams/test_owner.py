@@ -17,9 +17,9 @@ import httpx
 import pytest
 from engram.streams.topics import partition_for
 
-from engram.harness import Server, settings_env
 from engram.settings import Settings
 from tests.api.test_capture import SAID, extracted, post_turns, until
+from tests.harness import Server, settings_env
 from tests.streams.test_group import PARTITIONS, pair, status, wait_members
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from engram.streams import kafka_local
 from engram.streams.producer import EventProducer
 from engram.streams.topics import ensure_topics
 
-from engram.harness import isolated_settings
 from engram.settings import Settings
 from tests.factories import random_stream
+from tests.harness import isolated_settings
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 from engram.streams import s3_local
 from engram.streams.objects import S3Objects
 
-from engram.harness import free_port
 from engram.settings import load_settings
+from tests.harness import free_port
 
 pytestmark = pytest.mark.integration
 

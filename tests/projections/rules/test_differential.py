@@ -1,4 +1,4 @@
-"""The compiled engine against the reference one (projections/rules/reference/, the SPARQL engine
+"""The compiled engine against the reference one (tests/projections/rules/reference/, the SPARQL engine
 as it was) on the same random streams: after every batch both have inferred the same facts, from
 scratch too, and explain every one of them alike (the same rules, bindings and inputs, down to
 the inputs' own explanations)."""
@@ -13,13 +13,13 @@ from typing import Any
 from engram.projections.knowledge import Knowledge
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.rules.joins import compilable
-from engram.projections.rules.reference.engine import RuleEngine as ReferenceEngine
 from engram.projections.tenant_graph import Step, TenantGraph
 from engram.projections.terms import GRAPHS
 from engram.schemas.events import Position
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.projections.rules.reference.engine import RuleEngine as ReferenceEngine
 from tests.projections.rules.test_incremental import OPS, built, knowledge_with_cap, remember
 from tests.tenant import from_scratch
 

@@ -14,17 +14,18 @@ from typing import TYPE_CHECKING
 from engram.projections.rules import compile as sparql
 from engram.projections.rules.compile import Value
 from engram.projections.rules.program import Rule
-from engram.projections.rules.reference.strata import (
+from engram.projections.rules.stratify import body_atoms
+from pyoxigraph import Store
+
+from tests.projections.rules.reference.strata import (
     Fact,
     Graphs,
     instantiate,
     unify,
 )
-from engram.projections.rules.stratify import body_atoms
-from pyoxigraph import Store
 
 if TYPE_CHECKING:
-    from engram.projections.rules.reference.engine import RuleEngine
+    from tests.projections.rules.reference.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 

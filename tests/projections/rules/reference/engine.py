@@ -31,10 +31,13 @@ from typing import Any
 from engram.projections.rules import compile as sparql
 from engram.projections.rules.compile import Binding, Value
 from engram.projections.rules.program import Aggregate, Atom, BodyLiteral, Program, Rank, Rule
-from engram.projections.rules.reference.derivations import Derivation, DerivationInput, Explaining
-from engram.projections.rules.reference.incremental import Incremental
-from engram.projections.rules.reference.rank import Ranking, _check_ranks
-from engram.projections.rules.reference.strata import (
+from engram.projections.rules.stratify import stratify
+from pyoxigraph import Literal, NamedNode, Quad, Store
+
+from tests.projections.rules.reference.derivations import Derivation, DerivationInput, Explaining
+from tests.projections.rules.reference.incremental import Incremental
+from tests.projections.rules.reference.rank import Ranking, _check_ranks
+from tests.projections.rules.reference.strata import (
     RDF_TYPE_NODE,
     Fact,
     Graphs,
@@ -43,8 +46,6 @@ from engram.projections.rules.reference.strata import (
     index_stratum,
     instantiate,
 )
-from engram.projections.rules.stratify import stratify
-from pyoxigraph import Literal, NamedNode, Quad, Store
 
 log = logging.getLogger(__name__)
 

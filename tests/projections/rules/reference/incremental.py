@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 from engram.projections.rules import compile as sparql
 from engram.projections.rules.compile import Binding
 from engram.projections.rules.program import Aggregate, Rank, Var
-from engram.projections.rules.reference.strata import (
+from pyoxigraph import Quad, QueryBoolean, Store, Triple
+
+from tests.projections.rules.reference.strata import (
     READ_AS_IS,
     Fact,
     Graphs,
@@ -27,10 +29,9 @@ from engram.projections.rules.reference.strata import (
     _Trigger,
     unify,
 )
-from pyoxigraph import Quad, QueryBoolean, Store, Triple
 
 if TYPE_CHECKING:
-    from engram.projections.rules.reference.engine import RuleEngine
+    from tests.projections.rules.reference.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 

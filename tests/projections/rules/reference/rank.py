@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 
 from engram.projections.rules.compile import Value
 from engram.projections.rules.program import Rank, Rule, RuleSyntaxError, Var
-from engram.projections.rules.reference.strata import (
+from engram.projections.rules.stratify import unifiable
+from pyoxigraph import Literal, NamedNode, Quad, Store
+
+from tests.projections.rules.reference.strata import (
     Fact,
     Graphs,
     TriggerKind,
@@ -22,11 +25,9 @@ from engram.projections.rules.reference.strata import (
     instantiate,
     unify,
 )
-from engram.projections.rules.stratify import unifiable
-from pyoxigraph import Literal, NamedNode, Quad, Store
 
 if TYPE_CHECKING:
-    from engram.projections.rules.reference.engine import RuleEngine
+    from tests.projections.rules.reference.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 
