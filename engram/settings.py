@@ -27,12 +27,23 @@ RULES_DIR = Path(engram.rules.__file__).parent
 log = logging.getLogger(__name__)
 
 
+def checkout_data_dir() -> Path | None:
+    """``.engram/data`` of the source checkout this engram runs from (an editable install, as
+    ``./dev`` makes), else None. ``./dev up`` serves from there, so ``.venv/bin/engram token`` in
+    another shell, with nothing set, must sign with the secret kept there: with the user data
+    directory as its default it signed with another, and every request was refused."""
+    if (REPO / "dev").is_file() and (REPO / "pyproject.toml").is_file():
+        return REPO / ".engram" / "data"
+    return None
+
+
 def default_data_dir() -> Path:
-    """The platform's user data directory for engram (``~/.local/share/engram`` on Linux, honouring
-    ``XDG_DATA_HOME``): one fixed place, so ``engram token`` run from any directory signs with the
-    secret the server checks. A default relative to the working directory made a second, silent
+    """The checkout's data directory when run from a checkout; else the platform's user data
+    directory for engram (``~/.local/share/engram`` on Linux, honouring ``XDG_DATA_HOME``). One
+    fixed place either way, so ``engram token`` run from any directory signs with the secret the
+    server checks. A default relative to the working directory made a second, silent
     ``auth-secret`` (and key store) wherever a command happened to run."""
-    return platformdirs.user_data_path("engram", appauthor=False)
+    return checkout_data_dir() or platformdirs.user_data_path("engram", appauthor=False)
 
 
 def default_cache_dir() -> Path:
@@ -48,7 +59,8 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(
         default_factory=default_data_dir,
-        description="Per-tenant stores, secret, keys and broker data; the user data directory if unset.",
+        description="Per-tenant stores, secret, keys and broker data; if unset, .engram/data in a source "
+        "checkout (as ./dev uses), else the user data directory.",
     )
     keys_dir: Path | None = Field(
         None,
@@ -284,11 +296,12 @@ class Settings(BaseSettings):
     def data_dir_notice(self) -> str:
         """One line saying where this process keeps its data and why there, printed when a
         long-running command starts: the first thing to check when a token is refused."""
-        origin = (
-            "ENGRAM_DATA_DIR"
-            if "data_dir" in self.model_fields_set
-            else "the default; ENGRAM_DATA_DIR moves it"
-        )
+        if "data_dir" in self.model_fields_set:
+            origin = "ENGRAM_DATA_DIR"
+        elif self.data_dir == checkout_data_dir():
+            origin = "this checkout's, as ./dev uses; ENGRAM_DATA_DIR moves it"
+        else:
+            origin = "the default; ENGRAM_DATA_DIR moves it"
         return f"engram data directory: {self.data_dir} ({origin})"
 
     @property

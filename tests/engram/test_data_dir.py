@@ -15,15 +15,19 @@ import platformdirs
 import pytest
 from engram.api.auth import Verifier
 
+import engram.settings
 from engram.settings import REPO, load_settings
+from tests.layout import installed_layout
 
 TOKEN = ["token", "acme", "--role", "operator", "--user", "dana"]
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user whose home and XDG data and cache directories are in ``tmp_path``, with no
-    ENGRAM_DATA_DIR, ENGRAM_AUTH_SECRET or ENGRAM_KEYS_DIR set."""
+    """A user of an installed engram (not a checkout's) whose home and XDG data and cache
+    directories are in ``tmp_path``, with no ENGRAM_DATA_DIR, ENGRAM_AUTH_SECRET or ENGRAM_KEYS_DIR
+    set."""
+    monkeypatch.setattr(engram.settings, "REPO", tmp_path / "site-packages")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home" / "data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / "cache"))
@@ -32,10 +36,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
-def engram_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``engram ARGS`` run as a user would, from ``cwd``, with this checkout's code."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
+def installed_engram_in(cwd: Path, scratch: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``engram ARGS`` of an installed engram (this checkout's code laid out as the wheel holds
+    it, so not a checkout's), run as a user would, from ``cwd``."""
+    root = scratch / "site-packages"
+    if not root.exists():
+        installed_layout(root)
+    env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(
         [sys.executable, "-m", "engram.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
     )
@@ -71,11 +78,33 @@ def test_a_relative_data_dir_is_made_absolute_once(
     assert settings.data_dir_notice() == f"engram data directory: {tmp_path / 'rel'} (ENGRAM_DATA_DIR)"
 
 
-def test_engram_token_from_two_directories_signs_with_one_secret(home: Path, tmp_path: Path) -> None:
-    """The failure the issue names: tokens minted from /tmp were signed with a secret made there."""
+def test_the_checkouts_engram_in_a_second_shell_signs_with_the_secret_dev_up_serves_with(
+    tmp_path: Path,
+) -> None:
+    """The quick start from a second shell (issue 34): ``./dev up`` serves with ENGRAM_DATA_DIR set
+    to the checkout's ``.engram/data``; ``.venv/bin/engram token …`` in another terminal, from any
+    directory and with nothing of engram's set, signed with the user data directory's secret, and
+    every request answered "Signature verification failed"."""
+    engram_bin = Path(sys.executable).with_name("engram")
+    clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8"}
+    tokens = []
+    for cwd in (tmp_path / "here", tmp_path / "elsewhere"):
+        cwd.mkdir()
+        done = subprocess.run([engram_bin, *TOKEN], cwd=cwd, env=clean, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        tokens.append(done.stdout.strip())
+        assert not (cwd / ".engram").exists()
+    assert not (tmp_path / "home" / ".local").exists()  # no user data directory was made
+    dev_up = Verifier(load_settings(data_dir=REPO / ".engram" / "data", auth_secret=None))  # ./dev's
+    for token in tokens:
+        assert dev_up.verify(token).principal.user == "dana"
+
+
+def test_an_installed_engram_from_two_directories_signs_with_one_secret(home: Path, tmp_path: Path) -> None:
+    """The failure of issue 23: tokens minted from /tmp were signed with a secret made there."""
     first, second = tmp_path / "here", tmp_path / "elsewhere"
     first.mkdir(), second.mkdir()
-    tokens = [engram_in(cwd, *TOKEN).stdout.strip() for cwd in (first, second)]
+    tokens = [installed_engram_in(cwd, tmp_path, *TOKEN).stdout.strip() for cwd in (first, second)]
     data_dir = home / "data" / "engram"
     assert (data_dir / "auth-secret").is_file()
     assert not (first / ".engram").exists() and not (second / ".engram").exists()

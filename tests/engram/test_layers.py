@@ -7,13 +7,12 @@ with each stage folder inside it, as the wheel holds them), copied from the chec
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-STAGES = ("api", "commands", "streams", "projections", "schemas", "ontology", "rules")
+from tests.layout import installed_layout
+
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 
 
@@ -23,16 +22,6 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
         [LINT_IMPORTS, "--no-cache", str(root / "pyproject.toml")],
         cwd=root, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-
-
-def installed_layout(root: Path) -> Path:
-    """The checkout's packages as the wheel installs them, under ``root``; returns ``root``."""
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(REPO / "engram", root / "engram", ignore=ignore)
-    for stage in STAGES:
-        shutil.copytree(REPO / stage, root / "engram" / stage, ignore=ignore)
-    shutil.copy(REPO / "pyproject.toml", root)
-    return root
 
 
 def test_the_import_contracts_are_kept(tmp_path: Path) -> None:
