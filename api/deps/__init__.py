@@ -1,8 +1,9 @@
 """Dependencies shared by the routes, as ``Annotated`` aliases; routes import them from here.
 
 One module per concern: the runtime, tenant and graph (``tenant``), who is asking (``principal``),
-the Idempotency-Key (``idempotency``), valid and system time (``time_params``), and the refusal of
-unknown query parameters (``unknown_query``).
+the Idempotency-Key (``idempotency``), valid and system time (``time_params``), what a read is
+answered from (``reads``: the principal's view of the graph, now or as of a moment, and a memory it
+may see), and the refusal of unknown query parameters (``unknown_query``).
 
 A dependency is ``async def`` even when it does not await: FastAPI runs a plain ``def`` one in a worker
 thread, a thread hop per dependency per request (measured: ~1 ms of a context's 9 ms).
@@ -22,6 +23,7 @@ from engram.api.deps.principal import (
     unauthorized,
     write_attribution,
 )
+from engram.api.deps.reads import CurrentView, GraphAsOf, Moment, SearchAsOf, SeenMemory, View, VisibleMemory
 from engram.api.deps.tenant import (
     Commands,
     CurrentRuntime,
@@ -45,12 +47,19 @@ __all__ = [
     "Commands",
     "CurrentPrincipal",
     "CurrentRuntime",
+    "CurrentView",
+    "GraphAsOf",
     "IdempotencyKey",
     "MemoryId",
+    "Moment",
+    "SearchAsOf",
     "SearchStore",
+    "SeenMemory",
     "TenantId",
     "TenantStore",
     "ValidAt",
+    "View",
+    "VisibleMemory",
     "bearer",
     "event_id_for",
     "get_as_of",

@@ -9,16 +9,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from engram.api.deps import (
-    AsOfParam,
     Commands,
     CurrentPrincipal,
-    CurrentRuntime,
+    CurrentView,
+    GraphAsOf,
     IdempotencyKey,
     TenantId,
-    TenantStore,
     get_principal,
     not_found,
-    past_stores,
     write_attribution,
 )
 from engram.api.errors import responses
@@ -35,7 +33,6 @@ from engram.api.routes.verbs import as_of_text
 from engram.projections.agents import decision, decisions_relying_on, decisions_seen, may_see_node
 from engram.projections.justify import justify_decision
 from engram.projections.terms import e, memory_iri
-from engram.projections.visibility import sight
 from engram.schemas import vocabulary as v
 from fastapi import APIRouter, Depends, Path, Query
 
@@ -67,8 +64,7 @@ async def record_decision(
 @router.get("", response_model=DecisionsPublic, responses=responses(422))
 async def list_decisions(
     tenant: TenantId,
-    graph: TenantStore,
-    who: CurrentPrincipal,
+    view: CurrentView,
     relied_on: Annotated[
         str | None,
         Query(pattern=anchored(v.ID_RE.pattern), description="A memory id: only the decisions relying on it"),
@@ -79,11 +75,11 @@ async def list_decisions(
     """The decisions the principal may see (with ``relied_on``: that relied on the memory), in log
     order, a page at a time with ``count`` of them all; a ``relied_on`` memory the principal may not
     see is 404, as one that does not exist."""
+    graph, who, sees = view.graph, view.who, view.sees
     if graph is None:
         if relied_on is None:
             return DecisionsPublic(data=[], count=0)
         raise not_found(f"memory {relied_on}", ["query", "relied_on"])
-    sees = sight(graph, who)
     if relied_on is None:
         ids = decisions_seen(graph, who)
     elif sees(relied_on) and graph.objects(memory_iri(relied_on), e("memoryId")):
@@ -95,32 +91,26 @@ async def list_decisions(
 
 
 @router.get("/{decision_id}", response_model=NarrativeItem, responses=responses(422))
-async def read_decision(
-    tenant: TenantId, decision_id: DecisionId, graph: TenantStore, who: CurrentPrincipal
-) -> NarrativeItem:
+async def read_decision(tenant: TenantId, decision_id: DecisionId, view: CurrentView) -> NarrativeItem:
     """One decision with its statuses, each explained by the rule that derived it."""
-    if graph is None or not may_see_node(graph, who, "decision", decision_id):
+    if view.graph is None or not may_see_node(view.graph, view.who, "decision", decision_id):
         raise not_found(f"decision {decision_id}")
-    return NarrativeItem.model_validate(decision(graph, decision_id, sight(graph, who)))
+    return NarrativeItem.model_validate(decision(view.graph, decision_id, view.sees))
 
 
 @router.get("/{decision_id}/justify", response_model=DecisionJustification, responses=responses(422, 503))
 async def justify_decision_route(
     tenant: TenantId,
     decision_id: DecisionId,
-    graph: TenantStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
-    as_of: AsOfParam = None,
+    at: GraphAsOf,
 ) -> DecisionJustification:
     """Why a decision was taken, in one answer: who recorded it and for whom, its session and
     episode, the memories (cited, or associated as supporting it) and live data it relied on, every
     event that touched it (log positions), and its derived statuses each with the rule derivation
     tree; with ``as_of``, as the system knew it then. Only what the principal may see: a memory it
     may not see is left out; a decision it may not see is 404, as one that does not exist."""
-    if as_of is not None:
-        graph = (await past_stores(runtime, tenant, as_of)).graph
-    found = justify_decision(graph, decision_id, who, sight(graph, who)) if graph is not None else None
+    view = await at.view()
+    found = justify_decision(view.graph, decision_id, view.who, view.sees) if view.graph is not None else None
     if found is None:
         raise not_found(f"decision {decision_id}")
-    return DecisionJustification(**found, as_of=as_of_text(as_of))
+    return DecisionJustification(**found, as_of=as_of_text(at.as_of))

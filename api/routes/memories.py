@@ -12,18 +12,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from engram.api.deps import (
-    AsOfParam,
     Commands,
     CurrentPrincipal,
-    CurrentRuntime,
+    CurrentView,
+    GraphAsOf,
     IdempotencyKey,
     MemoryId,
     TenantId,
-    TenantStore,
     ValidAt,
+    VisibleMemory,
     get_principal,
-    not_found,
-    past_stores,
     write_attribution,
 )
 from engram.api.errors import problem, responses
@@ -45,7 +43,7 @@ from engram.projections.explain import derived_for_memory, inferred_about, show
 from engram.projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import INFERRED, RDF_TYPE, memory_iri
-from engram.projections.visibility import MemoryFilter, Principal, held_at, may_see_memory, shown, sight
+from engram.projections.visibility import MemoryFilter, held_at, may_see_memory, shown
 from engram.schemas import vocabulary as v
 from fastapi import APIRouter, Depends, Query
 
@@ -60,9 +58,8 @@ router = APIRouter(
 @router.get("", response_model=MemoriesPublic, responses=responses(422))
 async def list_memories(
     tenant: TenantId,
-    graph: TenantStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
+    valid_at: ValidAt,  # before ``at``: a bad valid_at is refused before as_of is looked at, as ever
+    at: GraphAsOf,
     kind: Kind | None = None,
     scope: Scope | None = None,
     memory_class: Annotated[str | None, Query(alias="class", max_length=1024, pattern=CLASS_PATTERN)] = None,
@@ -71,8 +68,6 @@ async def list_memories(
         int | None,
         Query(ge=min(v.Importance), le=max(v.Importance), description="Least importance tier (1-5)"),
     ] = None,
-    valid_at: ValidAt = None,
-    as_of: AsOfParam = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
     explain: Annotated[
@@ -85,8 +80,8 @@ async def list_memories(
 ) -> MemoriesPublic:
     """The memories the principal may see matching every filter, newest first, a page at a time,
     with ``count`` of them all (decided by one query: no memory is read beyond the page)."""
-    if as_of is not None:
-        graph = (await past_stores(runtime, tenant, as_of)).graph
+    view = await at.view()
+    graph, who = view.graph, view.who
     if graph is None or (memory_class is not None and not v.valid_iri(v.class_iri(memory_class))):
         return MemoriesPublic(data=[], count=0)  # no store yet, or a class no memory can have
     ids = list_memory_ids(
@@ -100,23 +95,11 @@ async def list_memories(
     )
     if valid_at is not None:
         ids = [i for i in ids if held_at(graph, i, valid_at)]
-    sees = sight(graph, who)
+    sees = view.sees
     page = [m for i in ids[offset : offset + limit] if (m := get_memory(graph, i, sees))]
     page = [m for m in page if may_see_memory(who, m)]  # decided by the query already; kept as a guard
     answer = with_derived if explain else without_derivations
     return MemoriesPublic(data=[answer(graph, m, sees) for m in page], count=len(ids))
-
-
-def visible(graph: TenantGraph | None, memory_id: str, who: Principal) -> tuple[dict[str, Any], MemoryFilter]:
-    """The memory, if it exists and ``who`` may see it, else 404 (the two are not told apart),
-    with the filter the rest of the answer is assembled through (the memories ``who`` may see)."""
-    if graph is None:
-        raise not_found(f"memory {memory_id}")
-    sees = sight(graph, who)
-    found = get_memory(graph, memory_id, sees)
-    if found is None or not may_see_memory(who, found):
-        raise not_found(f"memory {memory_id}")
-    return found, sees
 
 
 def with_derived(graph: TenantGraph, memory: dict[str, Any], sees: MemoryFilter) -> MemoryPublic:
@@ -148,44 +131,31 @@ def without_derivations(graph: TenantGraph, memory: dict[str, Any], sees: Memory
 
 
 @router.get("/{memory_id}", response_model=MemoryPublic, responses=responses(404, 422))
-async def read_memory(
-    tenant: TenantId,
-    graph: TenantStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
-    memory_id: MemoryId,
-    valid_at: ValidAt = None,
-    as_of: AsOfParam = None,
-) -> MemoryPublic:
+async def read_memory(valid_at: ValidAt, seen: VisibleMemory) -> MemoryPublic:
     """One memory with its derived statuses, each explained by its rule and inputs; with
     ``valid_at``, 404 unless it held then; with ``as_of``, as the system knew it then."""
-    if as_of is not None:
-        graph = (await past_stores(runtime, tenant, as_of)).graph
-    found, sees = visible(graph, memory_id, who)
-    assert graph is not None
-    if valid_at is not None and not held_at(graph, memory_id, valid_at):
+    found, memory_id = seen.memory, seen.id
+    if valid_at is not None and not held_at(seen.graph, memory_id, valid_at):
         held = f"from {found['valid_from']}" + (f" to {found['valid_to']}" if found["valid_to"] else "")
         raise problem(404, f"memory {memory_id} did not hold at {valid_at.isoformat()}: it held {held}",
                       ["query", "valid_at"])  # fmt: skip
-    return with_derived(graph, found, sees)
+    return with_derived(seen.graph, found, seen.sees)
 
 
 @router.get("/{memory_id}/derivations", responses=responses(404, 422))
-async def derivations(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> dict[str, Any]:
+async def derivations(view: CurrentView, memory_id: MemoryId) -> dict[str, Any]:
     """Every inferred fact about a memory with full derivation trees down to asserted facts."""
-    _, sees = visible(graph, memory_id, who)
-    assert graph is not None
-    inferred = inferred_about(graph, memory_iri(memory_id), depth=4, sees=sees)
+    seen = view.memory(memory_id)
+    inferred = inferred_about(seen.graph, memory_iri(memory_id), depth=4, sees=seen.sees)
     return {"memory_id": memory_id, "inferred": inferred}
 
 
 @router.get("/{memory_id}/lineage", responses=responses(404, 422))
-async def lineage(graph: TenantStore, who: CurrentPrincipal, memory_id: MemoryId) -> dict[str, Any]:
+async def lineage(view: CurrentView, memory_id: MemoryId) -> dict[str, Any]:
     """Where a belief came from: source, actor, purpose, valid and system time, the supersession
     chain both ways (nearest first), and every event that touched it, in log order."""
-    _, sees = visible(graph, memory_id, who)
-    assert graph is not None
-    return memory_lineage(graph, memory_id, sees) or {}
+    seen = view.memory(memory_id)
+    return memory_lineage(seen.graph, memory_id, seen.sees) or {}
 
 
 WRITE_RESPONSES = responses(403, 409, 413, 422, 503, 504)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 
-from engram.api.deps import CurrentPrincipal, TenantId, TenantStore, get_principal
+from engram.api.deps import CurrentView, TenantId, get_principal
 from engram.api.errors import problem, responses
 from engram.api.models.agents import Finding, PlanAnswer, PlanCheck
 from engram.projections.agents import UnknownName, check_plan
-from engram.projections.visibility import sight
 from engram.schemas import payloads as ev
 from engram.schemas.checks import Problems
 from fastapi import APIRouter, Depends
@@ -30,7 +29,7 @@ router = APIRouter(
 
 
 @router.post("/check", response_model=PlanAnswer)
-async def check(tenant: TenantId, body: PlanCheck, graph: TenantStore, who: CurrentPrincipal) -> PlanAnswer:
+async def check(tenant: TenantId, body: PlanCheck, view: CurrentView) -> PlanAnswer:
     """Which active constraints the action would breach or bring near its limit, and why."""
     problems = Problems()
     spend = kpi = None
@@ -42,10 +41,9 @@ async def check(tenant: TenantId, body: PlanCheck, graph: TenantStore, who: Curr
         kpi = ev.PlannedKpi.from_record(body.target_change.model_dump())
     if problems.reasons:
         raise problem(422, "; ".join(problems.reasons), ["body", "spend" if spend else "target_change"])
-    sees = sight(graph, who) if graph is not None else None
     try:
         # a thread: the scratch materialisation is CPU work, and the event loop serves other requests
-        found = await asyncio.to_thread(check_plan, graph, spend, kpi, sees or (lambda _: True))
+        found = await asyncio.to_thread(check_plan, view.graph, spend, kpi, view.sees)
     except UnknownName as exc:
         field = "platform" if spend is not None else "metric"
         raise problem(422, str(exc), ["body", "spend" if spend else "target_change", field]) from exc

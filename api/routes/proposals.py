@@ -16,10 +16,10 @@ from typing import Annotated
 from engram.api.deps import (
     Commands,
     CurrentPrincipal,
+    CurrentView,
     IdempotencyKey,
     MemoryId,
     TenantId,
-    TenantStore,
     get_principal,
     write_attribution,
 )
@@ -28,7 +28,6 @@ from engram.api.models import Accepted
 from engram.api.models.proposals import ProposalDecisionRequest, ProposalPublic, ProposalsPublic
 from engram.api.routes.memories import with_derived
 from engram.projections.proposals import pending
-from engram.projections.visibility import sight
 from engram.schemas import vocabulary as v
 from fastapi import APIRouter, Depends, Path, Query
 
@@ -44,17 +43,16 @@ WRITE_RESPONSES = responses(403, 409, 413, 422, 503, 504)
 
 @router.get("", response_model=ProposalsPublic, responses=responses(422))
 async def list_proposals(
-    graph: TenantStore,
-    who: CurrentPrincipal,
+    view: CurrentView,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> ProposalsPublic:
     """The pending proposals the principal may see, newest first, each with the memory it would
     replace and why it was proposed."""
+    graph, sees = view.graph, view.sees
     if graph is None:
         return ProposalsPublic(data=[], count=0)
-    sees = sight(graph, who)
-    found = pending(graph, who, sees)
+    found = pending(graph, view.who, sees)
     page = [
         ProposalPublic(
             id=p["id"],

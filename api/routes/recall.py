@@ -6,16 +6,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from engram.api.deps import (
-    AsOfParam,
-    CurrentPrincipal,
-    CurrentRuntime,
-    SearchStore,
-    TenantId,
-    ValidAt,
-    get_principal,
-    past_stores,
-)
+from engram.api.deps import CurrentRuntime, Moment, SearchAsOf, TenantId, ValidAt, get_principal
 from engram.api.errors import problem, responses
 from engram.api.models import (
     CLASS_PATTERN,
@@ -29,15 +20,11 @@ from engram.api.models import (
     Signals,
     anchored,
 )
-from engram.api.runtime import Runtime
 from engram.projections.context import ContextOptions, build_context
 from engram.projections.memory_tool import memory_tool
 from engram.projections.read import memory_statuses
 from engram.projections.recall import RecallQuery, class_weights, clock_of, recall
-from engram.projections.tenant_graph import TenantGraph
-from engram.projections.visibility import Principal
 from engram.schemas import vocabulary as v
-from engram.streams.asof import AsOf
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -59,19 +46,9 @@ def _stamp(when: datetime) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def _recall(
-    runtime: Runtime,
-    tenant: str,
-    graph: TenantGraph | None,
-    body: RecallRequest,
-    who: Principal,
-    response: Response,
-    as_of: AsOf | None,
-) -> RecallAnswer:
-    stores = runtime.stores
-    if as_of is not None:
-        past = await past_stores(runtime, tenant, as_of)
-        graph, stores = past.graph, past.stores
+async def _recall(at: Moment, body: RecallRequest, response: Response) -> RecallAnswer:
+    runtime, tenant, as_of, who = at.runtime, at.tenant, at.as_of, at.who
+    graph, stores = (await at.view()).graph, await at.stores()
     indexes = stores.indexes(tenant) if graph is not None else None
     # the read's moment: the as_of time when there is one, else now (to the millisecond, as the
     # log's times are), so a read asked again with as_of=now is answered the same
@@ -129,25 +106,16 @@ async def _recall(
 
 @router.post("/recall", response_model=RecallAnswer, responses=responses(422))
 async def recall_post(
-    tenant: TenantId,
-    body: RecallRequest,
-    graph: SearchStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
-    response: Response,
-    as_of: AsOfParam = None,
+    tenant: TenantId, body: RecallRequest, at: SearchAsOf, response: Response
 ) -> RecallAnswer:
     """Structurally eligible memories (visible, active, not expired, importance ≥ 2 by default),
     ranked by BM25 and vector similarity fused, with recency and forgetting, best first."""
-    return await _recall(runtime, tenant, graph, body, who, response, as_of)
+    return await _recall(at, body, response)
 
 
 @router.get("/recall", response_model=RecallAnswer, responses=responses(422))
 async def recall_get(
     tenant: TenantId,
-    graph: SearchStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
     response: Response,
     q: Annotated[str, Query(min_length=1, max_length=QUERY_MAX)],
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
@@ -161,7 +129,8 @@ async def recall_get(
     min_confidence: Annotated[float, Query(ge=0, le=1, allow_inf_nan=False)] = 0.0,
     fusion: Fusion = "default",
     valid_at: ValidAt = None,
-    as_of: AsOfParam = None,
+    *,
+    at: SearchAsOf,
 ) -> RecallAnswer:
     """The same as ``POST …/recall``, with the request's fields as query parameters."""
     fields: dict[str, Any] = {
@@ -181,7 +150,7 @@ async def recall_get(
             [{**err, "loc": ("query", *err["loc"])} for err in exc.errors()]
         ) from exc
     body = body.model_copy(update={"valid_at": valid_at})
-    return await _recall(runtime, tenant, graph, body, who, response, as_of)
+    return await _recall(at, body, response)
 
 
 Position = Annotated[
@@ -196,19 +165,18 @@ Position = Annotated[
 @router.get("/context", response_model=ContextAnswer, responses=responses(422, 504))
 async def context(
     tenant: TenantId,
-    graph: SearchStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
     response: Response,
     q: Annotated[str | None, Query(max_length=QUERY_MAX)] = None,
     after: Position = None,
     valid_at: ValidAt = None,
-    as_of: AsOfParam = None,
+    *,
+    at: SearchAsOf,
 ) -> ContextAnswer:
     """What an agent pre-loads each turn: every top-tier memory the principal may see, whatever
     ``q`` says, grouped in blocks (ordered by similarity to ``q``), with statuses, conflicts, the
     live data and a markdown rendering. Never cached."""
     response.headers["Cache-Control"] = "no-store"
+    runtime = at.runtime
     if after is not None:
         partition, offset = (int(x) for x in after.split(":"))
         end = await runtime.lag.end_offset(partition)
@@ -223,9 +191,7 @@ async def context(
                     f"position {after} not handled within {runtime.settings.wait_timeout_s}s",
                     ["query", "after"],
                 )
-    stores = runtime.stores
-    if as_of is not None:
-        stores = (await past_stores(runtime, tenant, as_of)).stores
+    stores = await at.stores()
     graph = stores.get(tenant)  # after waiting, the tenant may exist now
     if graph is None:
         empty = {
@@ -240,7 +206,7 @@ async def context(
     options = ContextOptions(
         runtime.settings.context_confidence_floor, runtime.embedder.count_tokens, valid_at=valid_at
     )
-    built = build_context(graph, stores.indexes(tenant), who, vector, stores.knowledge.ontology, options)
+    built = build_context(graph, stores.indexes(tenant), at.who, vector, stores.knowledge.ontology, options)
     _timing(response, embed=vector.ms, total=(time.perf_counter() - started) * 1e3)
     return ContextAnswer(**built)
 

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from engram.api.deps import (
     Commands,
     CurrentPrincipal,
+    CurrentView,
     IdempotencyKey,
     TenantId,
-    TenantStore,
     get_principal,
     not_found,
     write_attribution,
@@ -32,7 +32,6 @@ from engram.api.models.agents import (
 )
 from engram.commands.answers import Accepted
 from engram.projections.agents import episodes_in, may_see_node
-from engram.projections.visibility import sight
 from engram.schemas import vocabulary as v
 from fastapi import APIRouter, Depends, Path
 
@@ -125,10 +124,8 @@ async def record_tool_call(
 
 
 @router.get("/{session_id}/episodes", response_model=SessionNarrative, responses=responses(422))
-async def session_episodes(
-    tenant: TenantId, session_id: SessionId, graph: TenantStore, who: CurrentPrincipal
-) -> SessionNarrative:
+async def session_episodes(tenant: TenantId, session_id: SessionId, view: CurrentView) -> SessionNarrative:
     """``episodes_in``: the session's episodes, tool calls and decisions, in log order."""
-    if graph is None or not may_see_node(graph, who, "session", session_id):
+    if view.graph is None or not may_see_node(view.graph, view.who, "session", session_id):
         raise not_found(f"session {session_id}")
-    return SessionNarrative.model_validate(episodes_in(graph, session_id, sight(graph, who)))
+    return SessionNarrative.model_validate(episodes_in(view.graph, session_id, view.sees))

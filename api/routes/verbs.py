@@ -1,8 +1,8 @@
 """The read-side verbs: recognize (is this known?), justify (why is it believed?), resolve
 (settle flagged conflicts by a policy) and summarise (what is known about a topic).
 
-Thin: each route reads its request, picks the graph (the present one, or the replay an ``as_of``
-asks for) and the principal's ``sight``, and calls a pure function of the graph in
+Thin: each route reads its request, takes the graph as the principal sees it (``api.deps.reads``:
+the present one, or the replay an ``as_of`` asks for), and calls a pure function of the graph in
 ``projections/`` (``recognize``, ``justify``, ``resolve``, ``summary``); resolve's writes go
 through the command layer (``commands.resolutions``), so governance decides them. Every answer is
 assembled through the principal's filter: a memory it may not see is answered exactly as one that
@@ -19,11 +19,12 @@ from engram.api.deps import (
     Commands,
     CurrentPrincipal,
     CurrentRuntime,
+    CurrentView,
+    GraphAsOf,
     IdempotencyKey,
     MemoryId,
     SearchStore,
     TenantId,
-    TenantStore,
     get_principal,
     not_found,
     past_stores,
@@ -45,11 +46,9 @@ from engram.api.models.verbs import (
 from engram.commands.resolutions import supersede_losers
 from engram.projections.agents import may_see_node, session_memories
 from engram.projections.justify import NoSuchFact, justify
-from engram.projections.read import get_memory
 from engram.projections.recognize import Recognition, recognize
 from engram.projections.resolve import in_conflict, resolve
 from engram.projections.summary import about, all_active, empty, summarise
-from engram.projections.visibility import may_see_memory, sight
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent
 from engram.streams.asof import AsOf
@@ -101,9 +100,7 @@ async def recognize_route(
 @router.get("/memories/{memory_id}/justify", response_model=Justification, responses=responses(422, 503))
 async def justify_route(
     tenant: TenantId,
-    graph: TenantStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
+    at: GraphAsOf,
     memory_id: MemoryId,
     status: Annotated[
         str | None,
@@ -113,26 +110,18 @@ async def justify_route(
             "only its derivations; 404 if the memory has none",
         ),
     ] = None,
-    as_of: AsOfParam = None,
 ) -> Justification:
     """One memory's provenance in one answer: source, actor, purpose, valid and system time, every
     event that touched it (log positions), the supersession chain, its statuses and every derived
     fact with its rule derivation tree; with ``as_of``, as the system knew it then."""
-    if as_of is not None:
-        graph = (await past_stores(runtime, tenant, as_of)).graph
-    if graph is None:
-        raise not_found(f"memory {memory_id}")
-    sees = sight(graph, who)
-    found = get_memory(graph, memory_id, sees)
-    if found is None or not may_see_memory(who, found):
-        raise not_found(f"memory {memory_id}")
+    seen = (await at.view()).memory(memory_id)
     try:
-        answer = justify(graph, memory_id, sees, status)
+        answer = justify(seen.graph, memory_id, seen.sees, status)
     except NoSuchFact as exc:
         raise problem(404, str(exc), ["query", "status"]) from exc
     if answer is None:
         raise not_found(f"memory {memory_id}")
-    return Justification(**answer, as_of=as_of_text(as_of))
+    return Justification(**answer, as_of=as_of_text(at.as_of))
 
 
 def as_of_text(as_of: AsOf | None) -> str | None:
@@ -157,9 +146,8 @@ def as_of_text(as_of: AsOf | None) -> str | None:
 async def resolve_route(
     tenant: TenantId,
     body: ResolveRequest,
-    graph: TenantStore,
+    view: CurrentView,
     commands: Commands,
-    who: CurrentPrincipal,
     response: Response,
     idempotency_key: IdempotencyKey = None,
     apply: bool = False,
@@ -169,16 +157,12 @@ async def resolve_route(
     others are superseded by it. A dry run by default (what would be superseded by what);
     ``apply=true`` appends the supersessions (202; all decided by governance before any is
     appended, so a set the caller may not change is refused whole)."""
-    by = write_attribution(tenant, body, who, idempotency_key)
-    if graph is None:
-        if body.memory_ids:
-            raise not_found(f"memory {body.memory_ids[0]}", ["body", "memory_ids", 0])
-        return ResolveAnswer(policy=body.policy, applied=apply, sets=[])
-    sees = sight(graph, who)
+    by = write_attribution(tenant, body, view.who, idempotency_key)
     for i, memory_id in enumerate(body.memory_ids or ()):
-        found = get_memory(graph, memory_id, sees)
-        if found is None or not may_see_memory(who, found):
-            raise not_found(f"memory {memory_id}", ["body", "memory_ids", i])
+        view.memory(memory_id, ["body", "memory_ids", i])
+    graph, sees = view.graph, view.sees
+    if graph is None:
+        return ResolveAnswer(policy=body.policy, applied=apply, sets=[])
     for i, memory_id in enumerate(body.memory_ids or ()):
         if not in_conflict(graph, memory_id, sees):
             raise problem(422, f"memory {memory_id} is in no conflict", ["body", "memory_ids", i])
