@@ -2,9 +2,10 @@
 
 A forgotten memory's words leave the store's answers at once, but RocksDB's write-ahead log and
 oxigraph's interned strings keep them in its files, as do the text index and the snapshots; an
-erasure rewrites the store from its current facts and deletes those copies (issue #22). Mixed into
-``projections.stores.TenantStores``, whose open graphs, indexes and locks it works on; kept apart
-so the erasure's steps and their crash recovery read in one place.
+erasure rewrites the store from its current facts and deletes those copies (issue #22). A
+collaborator of ``projections.stores.TenantStores`` (its ``rewrites``), which it reaches through
+the few members ``Host`` names (the open graphs and indexes, the mode, the snapshots, the lock that
+holds a tenant); kept apart so the erasure's steps and their crash recovery read in one place.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from engram.projections.indexes import TenantIndexes
 from engram.projections.seams import Snapshotter
 from engram.projections.tenant_graph import TenantGraph, opened
 from pyoxigraph import Store
@@ -28,28 +29,27 @@ log = logging.getLogger(__name__)
 ERASING = "erasing"  # in a tenant's directory while a forget's words may still be in its files
 
 
-class StoreRewrites:
-    """What ``TenantStores`` provides to it: the tenants' open graphs and indexes, its mode and
-    snapshots, the listeners of erasures, and the lock that holds a tenant."""
+class Host(Protocol):
+    """What a ``StoreRewrites`` works on: the tenants' stores (``TenantStores``)."""
 
     root: Path
-    memory: bool
-    snapshots: Snapshotter | None
+    memory: bool  # graphs held in memory, durable through the snapshots
+    snapshots: Snapshotter | None  # set after the stores are made, by the process that takes them
     erasure_listeners: list[Callable[[str], None]]
-    _open: dict[str, TenantGraph]
-    _indexes: dict[str, TenantIndexes]
 
-    def _path(self, tenant: str) -> Path:
-        raise NotImplementedError
+    def store_path(self, tenant: str) -> Path: ...
+    def exists(self, tenant: str) -> bool: ...
+    def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None: ...
+    def open_graph(self, tenant: str) -> TenantGraph | None: ...
+    def close_indexes(self, tenant: str) -> None: ...
+    def exclusive(self, tenant: str) -> asyncio.Lock: ...
 
-    def exists(self, tenant: str) -> bool:
-        raise NotImplementedError
 
-    def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
-        raise NotImplementedError
+class StoreRewrites:
+    """Vacuum and erasure of the tenants' stores in ``host``, and their completion after a crash."""
 
-    def exclusive(self, tenant: str) -> asyncio.Lock:
-        raise NotImplementedError
+    def __init__(self, host: Host) -> None:
+        self.host = host
 
     def vacuum(self, tenant: str) -> int:
         """Rewrite the tenant's store from its current facts; returns how many quads it holds.
@@ -59,10 +59,11 @@ class StoreRewrites:
         the current quads holds none of them. Another process must not have the store open (the
         running server vacuums a tenant itself after each forget).
         """
-        path = self._path(tenant)  # an invalid id is a ValueError, before "no tenant"
-        if not self.exists(tenant):
-            raise LookupError(f"no tenant {tenant!r} in {self.root}")
-        graph = self._open.get(tenant)
+        host = self.host
+        path = host.store_path(tenant)  # an invalid id is a ValueError, before "no tenant"
+        if not host.exists(tenant):
+            raise LookupError(f"no tenant {tenant!r} in {host.root}")
+        graph = host.open_graph(tenant)
         source = graph.store if graph is not None else opened(tenant, lambda: Store(str(path)))
         del graph
         count = _copy(source, path.with_name("graph.vacuum"))
@@ -73,23 +74,22 @@ class StoreRewrites:
     def _swap(self, tenant: str) -> None:
         """The fresh copy in the store's place. An open graph is reopened in place (its holders keep
         a working graph); its indexes are closed, to open again on the new store."""
-        if (indexes := self._indexes.pop(tenant, None)) is not None:
-            indexes.close()
+        self.host.close_indexes(tenant)
 
         def move() -> None:
-            (self._path(tenant).with_name("graph.vacuum") / ".complete").touch()
-            self._finish_vacuum(tenant)
+            (self.host.store_path(tenant).with_name("graph.vacuum") / ".complete").touch()
+            self.finish_vacuum(tenant)
 
-        graph = self._open.get(tenant)
+        graph = self.host.open_graph(tenant)
         if graph is not None:
             graph.reopen(move)
             return
         gc.collect()  # every RocksDB handle closed before the directories move
         move()
 
-    def _finish_vacuum(self, tenant: str) -> None:
+    def finish_vacuum(self, tenant: str) -> None:
         """Complete a vacuum a crash interrupted: a complete fresh copy replaces the old store."""
-        path = self._path(tenant)
+        path = self.host.store_path(tenant)
         fresh_path, stale = path.with_name("graph.vacuum"), path.with_name("graph.stale")
         if (fresh_path / ".complete").exists():
             if path.is_dir():
@@ -102,7 +102,7 @@ class StoreRewrites:
     def begin_erasure(self, tenant: str) -> None:
         """Mark the tenant before a forget commits, so a crash before ``erase`` finishes is
         completed when the store is next opened."""
-        mark = self._path(tenant).parent / ERASING
+        mark = self.host.store_path(tenant).parent / ERASING
         mark.parent.mkdir(parents=True, exist_ok=True)
         with open(mark, "wb") as f:
             os.fsync(f.fileno())
@@ -115,21 +115,23 @@ class StoreRewrites:
         The copy and the snapshots' deletion run in threads, so reads go on meanwhile (from the
         old store, which answers as the new one will); the tenant is held, so no index commit or
         snapshot runs under it, and its projector is waiting for this."""
-        async with self.exclusive(tenant):
+        host = self.host
+        async with host.exclusive(tenant):
             started = time.perf_counter()
             quads = 0
-            graph = self.get(tenant)  # an erasure a crash cut short is completed by this
-            if self.memory:
+            graph = host.get(tenant)  # an erasure a crash cut short is completed by this
+            path = host.store_path(tenant)
+            if host.memory:
                 quads = await self._erase_memory(tenant, graph)
-            elif graph is not None and (self._path(tenant).parent / ERASING).exists():
+            elif graph is not None and (path.parent / ERASING).exists():
                 source = graph.store
                 del graph
-                quads = await asyncio.to_thread(_copy, source, self._path(tenant).with_name("graph.vacuum"))
+                quads = await asyncio.to_thread(_copy, source, path.with_name("graph.vacuum"))
                 del source
                 self._swap(tenant)
             graph = None
             purged = await asyncio.to_thread(self._purge_copies, tenant)
-            self._erased(tenant)
+            self.erased(tenant)
             took_ms = (time.perf_counter() - started) * 1e3
             log.info(
                 "erased forgotten words of %s: store rewritten (%d quads), text index dropped, "
@@ -142,8 +144,7 @@ class StoreRewrites:
         durable copy of the tenant's events, and after the purge none holds the forgotten words."""
         if graph is None:
             return 0
-        if (indexes := self._indexes.pop(tenant, None)) is not None:
-            indexes.close()  # its text index is dropped next; it opens again from the graph
+        self.host.close_indexes(tenant)  # its text index is dropped next; it opens again from the graph
         fresh, source = Store(), graph.store
 
         def copy() -> None:  # the quads are read on the thread that writes them
@@ -152,33 +153,34 @@ class StoreRewrites:
         await asyncio.to_thread(copy)
         with graph._writing():
             graph.store = fresh
-        if self.snapshots is not None:
-            await asyncio.to_thread(self.snapshots.take, tenant, graph)
+        if (snapshots := self.host.snapshots) is not None:
+            await asyncio.to_thread(snapshots.take, tenant, graph)
         return len(fresh)
 
-    def _finish_erasure(self, tenant: str) -> None:
+    def finish_erasure(self, tenant: str) -> None:
         """An erasure, synchronously: for a store opened with the mark a crash left."""
-        if self.exists(tenant):
+        if self.host.exists(tenant):
             self.vacuum(tenant)
         self._purge_copies(tenant)
-        self._erased(tenant)
+        self.erased(tenant)
 
     def _purge_copies(self, tenant: str) -> int:
         """The erasure's copies on disk besides the store: the text index and the snapshots (how
         many were deleted)."""
-        shutil.rmtree(self._path(tenant).parent / "text", ignore_errors=True)
-        if self.snapshots is None:
+        shutil.rmtree(self.host.store_path(tenant).parent / "text", ignore_errors=True)
+        snapshots = self.host.snapshots
+        if snapshots is None:
             return 0
-        if self.memory:  # the newest, taken after the forget, is the tenant's one durable copy
-            newest = self.snapshots.newest(tenant)
-            return self.snapshots.purge(tenant, keep=newest.offset if newest is not None else None)
-        return self.snapshots.purge(tenant)
+        if self.host.memory:  # the newest, taken after the forget, is the tenant's one durable copy
+            newest = snapshots.newest(tenant)
+            return snapshots.purge(tenant, keep=newest.offset if newest is not None else None)
+        return snapshots.purge(tenant)
 
-    def _erased(self, tenant: str) -> None:
+    def erased(self, tenant: str) -> None:
         """The listeners drop their copies (on the caller's thread, the event loop's); the mark goes."""
-        for listener in self.erasure_listeners:
+        for listener in self.host.erasure_listeners:
             listener(tenant)
-        (self._path(tenant).parent / ERASING).unlink(missing_ok=True)
+        (self.host.store_path(tenant).parent / ERASING).unlink(missing_ok=True)
 
 
 def _copy(source: Store, fresh_path: Path) -> int:

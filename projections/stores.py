@@ -57,8 +57,9 @@ def return_freed_memory() -> bool:
     return True
 
 
-class TenantStores(StoreRewrites):
-    """Opens each tenant's graph at most once per process (RocksDB allows one opener)."""
+class TenantStores:
+    """Opens each tenant's graph at most once per process (RocksDB allows one opener); its
+    ``rewrites`` vacuum and erase them (``projections.rewrites``)."""
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class TenantStores(StoreRewrites):
         # graph opened for a tenant another process projects would be stale from the first event it
         # applies there, so none is (``streams.group``)
         self.owns: Callable[[str], bool] | None = None
+        self.rewrites = StoreRewrites(self)
 
     def _path(self, tenant: str) -> Path:
         if not v.full_match(v.TENANT_RE, tenant):
@@ -111,7 +113,7 @@ class TenantStores(StoreRewrites):
                 return True
             # a tenant moved here from another process of the group: its snapshots say it exists
             return self.snapshots is not None and self.snapshots.newest(tenant) is not None
-        self._finish_vacuum(tenant)
+        self.rewrites.finish_vacuum(tenant)
         return self._path(tenant).is_dir()
 
     def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
@@ -127,7 +129,7 @@ class TenantStores(StoreRewrites):
                 return None
             return self._open_memory(tenant)
         if (self._path(tenant).parent / ERASING).exists():
-            self._finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
+            self.rewrites.finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
         try:
             graph = TenantGraph(self._path(tenant), self.knowledge)
         except OSError:
@@ -216,7 +218,7 @@ class TenantStores(StoreRewrites):
             if self.snapshots is not None:
                 newest = self.snapshots.newest(tenant)
                 self.snapshots.purge(tenant, keep=newest.offset if newest is not None else None)
-            self._erased(tenant)
+            self.rewrites.erased(tenant)
         # picked again if another process deletes it as it is read (it took a newer one)
         store = self.snapshots.load_newest(tenant)[1] if self.snapshots is not None else Store()
         (directory / MEMORY).touch()
@@ -260,8 +262,7 @@ class TenantStores(StoreRewrites):
         graph = self._open.get(tenant)
         if graph is not None and graph.unsaved() and self.snapshots is not None:
             self.snapshots.take(tenant, graph)  # a failure keeps it open, unsaved and counted
-        if (indexes := self._indexes.pop(tenant, None)) is not None:
-            indexes.close()
+        self.close_indexes(tenant)
         if (graph := self._open.pop(tenant, None)) is not None:
             graph.flush()
 
@@ -283,6 +284,27 @@ class TenantStores(StoreRewrites):
         """Held by whoever works on the tenant's store or indexes in another thread (an index commit,
         a snapshot), and by an erasure, which closes and replaces them."""
         return self._exclusive.setdefault(tenant, asyncio.Lock())
+
+    def open_graph(self, tenant: str) -> TenantGraph | None:
+        """The tenant's graph if it is open here, without opening it or counting a use."""
+        return self._open.get(tenant)
+
+    def close_indexes(self, tenant: str) -> None:
+        """Close the tenant's search indexes, if open (they open again on its graph when asked)."""
+        if (indexes := self._indexes.pop(tenant, None)) is not None:
+            indexes.close()
+
+    def vacuum(self, tenant: str) -> int:
+        """``StoreRewrites.vacuum``: the tenant's store rewritten from its current facts."""
+        return self.rewrites.vacuum(tenant)
+
+    def begin_erasure(self, tenant: str) -> None:
+        """``StoreRewrites.begin_erasure``: the tenant marked before a forget commits."""
+        self.rewrites.begin_erasure(tenant)
+
+    async def erase(self, tenant: str) -> None:
+        """``StoreRewrites.erase``: every copy of a forgotten memory's words this process keeps, gone."""
+        await self.rewrites.erase(tenant)
 
     # -- records refused where no tenant's checkpoint can remember them ------------------------
     def _refused_mark(self, partition: int) -> Path:
