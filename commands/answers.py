@@ -116,10 +116,13 @@ class RecentWrites:
         return self._last.get(tenant)
 
 
+PATH_FIELDS = frozenset({"memory_id", "association_id"})  # named by the route's path, not its body
+
+
 def refused(exc: BaseException) -> Refused:
     """The answer to what the pre-check refused."""
     if isinstance(exc, Unseen):  # worded as for a memory that does not exist: it may be one
-        return NotFound(str(exc), ("path",) if exc.field == "memory_id" else ("body", exc.field))
+        return NotFound(str(exc), ("path",) if exc.field in PATH_FIELDS else ("body", exc.field))
     if isinstance(exc, Forbidden):
         return NotAllowed(str(exc))
     if isinstance(exc, Conflict):

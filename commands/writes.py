@@ -261,6 +261,21 @@ class Commands(Appender):
         return await self.submit(tenant, "StakeholderChanged", payload, by, wait=wait)
 
     # -- agent work (DESIGN §7) ------------------------------------------------------------
+    async def remove_association(
+        self,
+        tenant: str,
+        association_id: str,
+        by: Attribution,
+        *,
+        reason: str | None = None,
+        wait: bool = False,
+    ) -> Accepted:
+        """AssociationRemoved: the link and what the rules derived through it go. Refused: 404 for an
+        association that does not exist or that the actor may not see (its acting user's; every
+        one, for an operator), as for one already removed."""
+        payload = {"association_id": association_id, "reason": reason}
+        return await self.submit(tenant, "AssociationRemoved", payload, by, wait=wait)
+
     async def record_agent_work(
         self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool = False
     ) -> tuple[Accepted, str]:

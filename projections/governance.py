@@ -118,6 +118,8 @@ def node_references(p: ev.Payload) -> list[tuple[str, str, str]]:
             kind, node_id = ev.parse_ref(ref)
             if kind != "memory":
                 named.append((name, kind, node_id))
+    if isinstance(p, ev.AssociationRemoved):  # its acting user's (or any, for an operator)
+        named.append(("association_id", "association", p.association_id))
     return [(name, kind, node_id) for name, kind, node_id in named if node_id]
 
 
@@ -290,13 +292,14 @@ def _proposal_decided(actor: Actor, state: GraphState, p: ev.ProposalDecided) ->
     ev.ToolCalled,
     ev.DecisionRecorded,
     ev.MemoriesAssociated,
+    ev.AssociationRemoved,
     roles=WRITERS,
     refused="a {role} does not record agent work",
 )
 def _agent_work(actor: Actor, state: GraphState, p: ev.Payload) -> str | None:
     """Agent work is recorded for the acting user: seeing every node and memory it names (checked
     before this, as ``Unseen``) is all it needs, since an association or a decision changes neither
-    end, only links to it."""
+    end, only links to it (and removing an association, seeing it: it is its acting user's)."""
     return None
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from engram.projections.plan import Builder, planner
 from engram.projections.terms import (
+    ASSERTED,
     RDF_TYPE,
     Term,
     agent_iri,
@@ -21,7 +22,7 @@ from engram.projections.terms import (
 from engram.schemas import payloads as ev
 from engram.schemas.checks import Conflict, InvalidEvent
 from engram.schemas.periods import parse_period
-from pyoxigraph import Literal, NamedNode
+from pyoxigraph import Literal, NamedNode, Quad
 
 
 def _agent_node(b: Builder, kind: str, node_id: str, cls: str) -> NamedNode:
@@ -172,3 +173,13 @@ def _associated(b: Builder, p: ev.MemoriesAssociated) -> None:
     b.add(a, e("associationFrom"), ends[0])
     b.add(a, e("associationTo"), ends[1])
     b.add(a, e("relation"), Literal(p.relation))  # rules/associations.dlog derives the typed edge
+
+
+@planner(ev.AssociationRemoved)
+def _association_removed(b: Builder, p: ev.AssociationRemoved) -> None:
+    """The association's node goes whole (its ends, relation and record): the rules withdraw what
+    they derived through it (the typed edge, a decision's ``:basedOn``); the log keeps both events."""
+    a = agent_iri("association", p.association_id)
+    if not b.state.objects(a, e("nodeId")):
+        raise InvalidEvent(f"unknown association {p.association_id}")
+    b.removes.extend(Quad(a, predicate, value, ASSERTED) for predicate, value in b.state.facts(a))

@@ -228,3 +228,17 @@ class MemoriesAssociated(AgentEvent):
         _check_ref(c, p.get("to_ref"), "to")
         c.require(p.get("from_ref") != p.get("to_ref"), "an association links two different things")
         c.one_of(p.get("relation"), v.Relation, "relation")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssociationRemoved(Payload):
+    """An association undone: its node and what the rules derived through it go from the graph."""
+
+    association_id: str
+    reason: str | None = None
+
+    @classmethod
+    def check(cls, p: Mapping[str, Any], c: Problems) -> None:
+        c.id(p.get("association_id"), "association_id")
+        if p.get("reason") is not None:
+            c.text(p["reason"], "reason", v.REASON_MAX)

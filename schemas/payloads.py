@@ -337,6 +337,7 @@ class ProposalDecided(MemoryEvent):
 # are re-exported here, so every event type's class is found in this one namespace.
 from engram.schemas.agent_payloads import (  # noqa: E402, F401
     AgentEvent,
+    AssociationRemoved,
     DecisionRecorded,
     EpisodeRecorded,
     MemoriesAssociated,

@@ -109,6 +109,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "to_ref": "decision:d1",
         "relation": "supports",
     },
+    "AssociationRemoved": {"association_id": "a1", "reason": "linked by mistake"},
     "ProposalDecided": {"memory_id": "m2", "decision": "accepted", "reason": "the new target is right"},
     "ConversationTurn": {
         "conversation_id": "c1",

@@ -139,6 +139,13 @@ VERBS: tuple[Verb, ...] = (
         "/associations",
     ),
     Verb(
+        "remove_association",
+        "Undo an association you made (association_id, the id associate answered): the link and what "
+        "it implied (a memory that supported a decision no longer counts as one it relied on) go.",
+        "POST",
+        "/associations/{association_id}/remove",
+    ),
+    Verb(
         "resolve",
         "Settle the memories the rules flag as conflicting by a policy (prefer_newer, "
         "prefer_higher_confidence, prefer_more_specific_scope, prefer_human): one of each set stays, "

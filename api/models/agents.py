@@ -107,6 +107,10 @@ class AssociationCreate(AgentWrite):
     relation: _Relation
 
 
+class AssociationRemove(AgentWrite):
+    reason: StrictStr | None = Field(None, max_length=v.REASON_MAX, pattern=NON_BLANK)
+
+
 class PlanCheck(EdgeModel):
     """A proposed action in typed form: exactly one of ``spend`` or ``target_change``."""
 

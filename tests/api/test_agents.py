@@ -382,6 +382,32 @@ def test_associate_links_what_both_ends_show_and_rules_use(server: Server) -> No
     assert refused.status_code == 403 and "a pipeline may only emit" in refused.text
 
 
+def test_an_association_is_removed_by_its_user_and_what_it_implied_goes(server: Server) -> None:
+    written(post(server, "/decisions", {"decision_id": "unlink", "decision": "Pause TikTok"}, SAM_AGENT))
+    body = {"from": "roas-target", "to": "decision:unlink", "relation": "supports"}
+    link = written(post(server, "/associations", body, SAM))["id"]
+
+    def relied_on() -> list[str]:
+        return [d["id"] for d in get(server, "/decisions", SAM, relied_on="roas-target").json()["data"]]
+
+    assert "unlink" in relied_on()
+    hidden = post(server, f"/associations/{link}/remove", {}, ANN)  # sam's: ann is told it is missing
+    missing = post(server, "/associations/zzzz/remove", {}, ANN)
+    assert hidden.status_code == missing.status_code == 404, (hidden.text, missing.text)
+    assert hidden.text.replace(link, "X") == missing.text.replace("zzzz", "X")
+    assert hidden.json()["detail"][0]["loc"] == ["path"]
+    for bad in ({"reason": "  "}, {"reason": "x", "extra": 1}):
+        assert post(server, f"/associations/{link}/remove", bad, SAM).status_code == 422
+    assert post(server, "/associations/..%2Fx/remove", {}, SAM).status_code in (404, 422)
+    removed = written(post(server, f"/associations/{link}/remove", {"reason": "wrong decision"}, SAM))
+    assert removed["id"] == link
+    assert "unlink" not in relied_on()
+    why = get(server, "/decisions/unlink/justify", SAM).json()
+    assert why["relied_on"] == [] and [e["type"] for e in why["events"]] == ["DecisionRecorded"]
+    again = post(server, f"/associations/{link}/remove", {}, SAM)
+    assert again.status_code == 404 and f"association {link} not found" in again.text
+
+
 def test_live_equals_replay(server: Server, tmp_path: Path) -> None:
     """Last in the module: every write above, replayed from the log, makes the same graph."""
     live = server.http.get(f"{server.url}/v1/tenants/{T}/graph", timeout=30)

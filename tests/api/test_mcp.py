@@ -40,7 +40,8 @@ TRANSPORTS = ["stdio", "http"]
 ACME, GLOBEX = "acme-mcp", "globex-mcp"
 TOOLS = {
     "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
-    "recognize", "justify", "associate", "resolve", "summarise", "check_plan", "record_decision",
+    "recognize", "justify", "associate", "remove_association", "resolve", "summarise", "check_plan",
+    "record_decision",
     "decisions_relying_on", "justify_decision", "start_session", "end_session", "record_episode",
     "record_tool_call", "episodes_in", "list_proposals", "decide_proposal",
 }  # fmt: skip

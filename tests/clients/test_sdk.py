@@ -348,8 +348,12 @@ def test_the_agent_verbs_at_their_routes(live: Live) -> None:
         summary = mem.summarise("meta", top=3)
         assert isinstance(summary, Summary) and summary.topic == "meta"
         assert [i.id for i in summary.top] == ["meta-cap"] and "Meta monthly cap" in summary.text
-        of_session = mem.summarise(session=session.id)  # the episode's association names the cap
+        of_session = mem.summarise(session=session.id)  # its decision cited the cap
         assert (of_session.session, [i.id for i in of_session.top]) == (session.id, ["meta-cap"])
+        unlinked = mem.remove_association(linked.id, reason="linked by mistake", wait=True)
+        assert isinstance(unlinked, AgentAccepted) and unlinked.id == linked.id
+        with pytest.raises(NotFound, match=f"association {linked.id} not found"):
+            mem.remove_association(linked.id)
 
         mem.end_session(session.id, "decided; the cap is breached", wait=True)
         assert mem.episodes_in(session.id).outcome == "decided; the cap is breached"

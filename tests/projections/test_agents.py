@@ -214,6 +214,36 @@ def test_associations_between_memories_are_typed_edges_the_rules_derive(demo: Te
     assert demo.graph.inferred() == from_scratch(demo.graph)
 
 
+def test_a_removed_association_takes_its_edge_and_the_reliance_with_it(demo: Tenant) -> None:
+    assert demo.apply("DecisionRecorded", {"decision_id": "d1", "decision": "hold"}, actor=SAM_AGENT) is (
+        Status.APPLIED
+    )
+    links = [
+        {"association_id": "a1", "from_ref": "brand-voice", "to_ref": "meta-cap", "relation": "contradicts"},
+        {"association_id": "a2", "from_ref": "meta-cap", "to_ref": "decision:d1", "relation": "supports"},
+    ]
+    for link in links:
+        assert demo.apply("MemoriesAssociated", link, actor=SAM_AGENT) is Status.APPLIED, demo.reason
+    edge = (memory_iri("brand-voice"), e("contradicts"), memory_iri("meta-cap"))
+    sam = Principal(user="sam", role="agent", subject="ads-agent")
+    assert list(demo.graph.store.quads_for_pattern(*edge, INFERRED))
+    assert decisions_relying_on(demo.graph, "meta-cap", sam, everything) == ["d1"]
+    with pytest.raises(governance.Unseen, match="association a1 not found"):  # sam's, not ann's
+        governance.check(event("AssociationRemoved", {"association_id": "a1"}, actor=ANN), demo.graph)
+    for association_id in ("a1", "a2"):
+        removed = {"association_id": association_id, "reason": "linked by mistake"}
+        assert demo.apply("AssociationRemoved", removed, actor=SAM_AGENT) is Status.APPLIED, demo.reason
+    assert not list(demo.graph.store.quads_for_pattern(*edge, INFERRED))
+    assert decisions_relying_on(demo.graph, "meta-cap", sam, everything) == []
+    assert not list(demo.graph.store.quads_for_pattern(agent_iri("association", "a1"), None, None, None))
+    assert demo.graph.inferred() == from_scratch(demo.graph)
+    again = {"event_id": "00000000-0000-4000-8000-0000000000a1"}  # a new event, not a retry
+    assert demo.apply("AssociationRemoved", {"association_id": "a1"}, actor=SAM_AGENT, **again) is (
+        Status.REJECTED
+    )
+    assert demo.reason == "association a1 not found"
+
+
 def test_governance_an_agent_records_for_its_user_and_sees_no_one_elses_session(demo: Tenant) -> None:
     assert demo.apply("SessionStarted", {"session_id": "s1"}, actor=SAM_AGENT) is Status.APPLIED
     state = demo.graph

@@ -312,6 +312,7 @@ EMITTED_BY = {
     "ConversationTurn": {"user", "agent", "operator", "pipeline"},
     "TurnsExtracted": {"agent", "pipeline", "operator"},
     "ConversationErased": {"user", "agent", "operator"},
+    "AssociationRemoved": {"user", "agent", "operator"},
 }
 
 

@@ -219,6 +219,21 @@ class VerbCalls(CallsBase):
         )
         return self._agent("/associations", body, idempotency_key, wait, source, purpose)
 
+    def remove_association(
+        self,
+        association_id: str,
+        *,
+        reason: str | None = None,
+        source: Source | None = None,
+        purpose: str | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[AgentAccepted]:
+        """Undo an association (``POST …/associations/{id}/remove``): the link and what the rules
+        derived through it go; the log keeps both events."""
+        path = f"/associations/{_id(association_id)}/remove"
+        return self._agent(path, _drop_none({"reason": reason}), idempotency_key, wait, source, purpose)
+
     # -- sessions -------------------------------------------------------------------------------
     def start_session(
         self,

@@ -157,6 +157,9 @@ AGENT_OPS = [
         st.sampled_from([*IDS, "decision:d1", "decision:d2"]),
         st.sampled_from(["supports", "contradicts", "depends_on"]),
     ).filter(lambda op: op[1]["from_ref"] != op[1]["to_ref"]),
+    st.builds(
+        lambda i: ("AssociationRemoved", {"association_id": i}), st.sampled_from(["a1", "a2", "a3", "a4"])
+    ),
 ]
 
 OPS = st.one_of(
