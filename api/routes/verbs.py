@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from engram.api.deps import (
-    AsOfParam,
     Commands,
     CurrentPrincipal,
     CurrentRuntime,
@@ -23,11 +22,11 @@ from engram.api.deps import (
     GraphAsOf,
     IdempotencyKey,
     MemoryId,
+    SearchAsOf,
     SearchStore,
     TenantId,
     get_principal,
     not_found,
-    past_stores,
     write_attribution,
 )
 from engram.api.errors import problem, responses
@@ -190,9 +189,7 @@ async def resolve_route(
 @router.get("/summary", response_model=SummaryAnswer, responses=responses(422, 503))
 async def summary_route(
     tenant: TenantId,
-    graph: SearchStore,
-    runtime: CurrentRuntime,
-    who: CurrentPrincipal,
+    at: SearchAsOf,
     topic: Annotated[
         str | None,
         Query(
@@ -208,7 +205,6 @@ async def summary_route(
         ),
     ] = None,
     top: Annotated[int, Query(ge=0, le=100, description="How many of the most important to show")] = 10,
-    as_of: AsOfParam = None,
 ) -> SummaryAnswer:
     """A deterministic, extractive summary (no model): the memories a topic is about (sharing a
     word with it, or similar to it), or a session's, by kind, class, scope and importance, their
@@ -216,18 +212,16 @@ async def summary_route(
     ``as_of``, as the system knew them then."""
     if topic is not None and not topic.strip():
         raise problem(422, "topic must not be blank", ["query", "topic"])
-    stores = runtime.stores
-    if as_of is not None:
-        past = await past_stores(runtime, tenant, as_of)
-        graph, stores = past.graph, past.stores
+    graph, who = (await at.view()).graph, at.who
     if session is not None and (graph is None or not may_see_node(graph, who, "session", session)):
         raise not_found(f"session {session}", ["query", "session"])
     title = topic if session is None else f"session {session}{': ' + topic if topic else ''}"
-    shown = {"topic": topic, "session": session, "as_of": as_of_text(as_of)}
+    shown = {"topic": topic, "session": session, "as_of": as_of_text(at.as_of)}
     if graph is None:
         return SummaryAnswer(**shown, **empty(title))
     if topic is not None:
-        ids = about(stores.indexes(tenant), topic, who, runtime.query_vector(topic))
+        stores = await at.stores()
+        ids = about(stores.indexes(tenant), topic, who, at.runtime.query_vector(topic))
         if session is not None:
             ids = sorted(set(ids) & set(session_memories(graph, session)))
     else:
