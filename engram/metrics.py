@@ -24,6 +24,11 @@ events = Counter(
 dead_letters = Counter(
     "engram_dead_letters", "Records the projector sent to the dead-letter topic, by event type", ["type"]
 )
+keys_missing = Counter(
+    "engram_keys_missing",
+    "Times the projector found a record's data key neither in the key store nor destroyed there "
+    "(a wrong or lost key store): it waits, unready, and projects nothing as erased",
+)
 batch_seconds = Histogram(
     "engram_projector_batch_seconds",
     "Time the projector took to handle one batch (ENGRAM_PROJECTOR_BATCH_MS aims at it)",

@@ -48,6 +48,7 @@ from engram.streams.group import Membership, check_shared_keys, projector_group
 from engram.streams.indexer import Indexer
 from engram.streams.keystore import KeyStore
 from engram.streams.lag import LagMonitor
+from engram.streams.log_keys import check_log_keys
 from engram.streams.objects import open_objects
 from engram.streams.producer import EventProducer
 from engram.streams.projector_app import create_app
@@ -175,6 +176,7 @@ async def running(
     False (a worker that serves no HTTP): the parts only requests use are not started; ``kind``:
     the command running it, ``serve`` or ``worker``."""
     await ensure_topics(settings)
+    await check_log_keys(settings)  # never project a log this key store cannot unseal
     parts = compose_projection(settings, url or settings.api_url(), kind)
     embedder, stores = parts.embedder, parts.stores
     producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)

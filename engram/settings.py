@@ -321,6 +321,11 @@ class Settings(BaseSettings):
         return f"{self.topic_prefix}.conversations"
 
     @property
+    def key_stores_topic(self) -> str:
+        """The id of the key store the log's events are sealed with (``streams.log_keys``)."""
+        return f"{self.topic_prefix}.key-store"
+
+    @property
     def tenants_dir(self) -> Path:
         return self.data_dir / "tenants"
 

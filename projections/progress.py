@@ -33,6 +33,11 @@ class Progress:
         self._waiters: dict[tuple[int, int], list[asyncio.Future[Handled]]] = {}
         self._taken: dict[int, deque[int]] = {}  # per partition, in log order
         self._open: dict[int, set[int]] = {}  # taken and not yet handled
+        self.held: str | None = None  # why the projector waits and projects nothing, if it does
+
+    def hold(self, reason: str | None) -> None:
+        """The projector waits for ``reason`` (readiness says it), or goes on (None)."""
+        self.held = reason
 
     def taken(self, positions: Iterable[tuple[int, int]]) -> None:
         """These (partition, offset), in log order per partition, are being handled."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from engram.projections.progress import Progress
+from engram.streams.log_keys import KEYS_KEY, key_store_id
 from engram.streams.objects import MissingObject, Objects
 from engram.streams.topics import partition_count, partition_for
 
@@ -36,7 +36,6 @@ from engram.settings import Settings
 log = logging.getLogger(__name__)
 
 GROUP_KEY = "projector-group-id"  # in the object store: the id every process sharing it joins
-KEYS_KEY = "group-keys-id"  # in the object store and the key store: they belong together
 SETTLE_S = 1.0  # a new group's id is read back this long after it was written
 KINDS = ("engram-serve", "engram-worker")  # a member's client id: the command that runs it
 
@@ -70,23 +69,13 @@ def check_shared_keys(settings: Settings, objects: Objects) -> None:
     (``KEYS_KEY``); a process whose key store has no id, or another, joins no group that has one."""
     if settings.store != "memory":
         return
-    mark = settings.key_store_dir / KEYS_KEY
     try:
         expected: str | None = objects.get(KEYS_KEY).decode().strip()
     except MissingObject:
         expected = None
-    if mark.is_file():
-        mine = mark.read_text().strip()
-    elif expected is None:  # the first process of the group: its key store is the group's
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        try:  # processes starting at once on one shared key store: the first to create it wins
-            with open(mark, "x") as f:
-                f.write(mine := uuid.uuid4().hex)
-        except FileExistsError:
-            time.sleep(0.1)  # written by the winner just after its creation
-            mine = mark.read_text().strip()
-    else:
-        mine = ""
+    # the first process of the group makes its key store's id the group's (processes starting at
+    # once on one shared key store read the one made first)
+    mine = key_store_id(settings, create=expected is None) or ""
     if expected is None:
         objects.put(KEYS_KEY, mine.encode())
     elif mine != expected:

@@ -13,6 +13,7 @@ put new personal data on the log for a memory that was forgotten.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -24,6 +25,8 @@ from engram.schemas import vocabulary as v
 
 from engram.files import create_once
 
+log = logging.getLogger(__name__)
+
 ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
 # Unwrapped keys kept, the most recently used (~350 bytes each): every memory has a key of its own,
 # so an unbounded cache grew with every write for the life of the server (issue 28, ~0.35 KB per
@@ -33,6 +36,12 @@ KEY_CACHE = 10_000
 
 class KeyErased(LookupError):
     """The key was destroyed (its memory was forgotten)."""
+
+
+class KeyMissing(LookupError):
+    """The key was never in this key store: not destroyed (no tombstone), so not a forgotten
+    memory but a wrong, lost or partly restored key store. Projecting the event as erased would
+    tell the operator the data was erased when it was not: the projector waits instead, loudly."""
 
 
 class MasterKey(Protocol):
@@ -78,8 +87,9 @@ class KeyStore:
         return f"{tenant}\x00{key_id}".encode()
 
     def data_key(self, tenant: str, key_id: str, *, create: bool = False) -> bytes | None:
-        """The key, made if ``create`` and absent; None if absent. Raises KeyErased when it was
-        destroyed and ``create`` asks for it again."""
+        """The key, made if ``create`` and absent; None if it was destroyed. Raises KeyErased when
+        it was destroyed and ``create`` asks for it again, KeyMissing when it is absent without
+        having been destroyed and ``create`` is not asked."""
         with self._lock:
             found = self._cache.get((tenant, key_id))
             if found is not None:
@@ -89,7 +99,13 @@ class KeyStore:
             if path.exists():
                 key = self.master.decrypt(path.read_bytes(), self._context(tenant, key_id))
             elif not create:
-                return None
+                if path.with_suffix(".erased").exists():
+                    return None
+                raise KeyMissing(
+                    f"the key of {key_id} of tenant {tenant} is not in the key store {self.directory} "
+                    "and was never destroyed there: this key store is not the one the log was "
+                    "written with, or lost keys (ENGRAM_KEYS_DIR)"
+                )
             elif path.with_suffix(".erased").exists():
                 raise KeyErased(f"the key of {key_id} was destroyed: that memory was forgotten")
             else:
@@ -139,13 +155,19 @@ def erasures(keys_dir: Path, tenant: str) -> int:
 
 class ReadOnlyKeys:
     """A key store that reads but never makes or destroys keys: replay's (it rebuilds, it does
-    not act; the live projector destroyed what was forgotten)."""
+    not act; the live projector destroyed what was forgotten). A key it cannot find was destroyed
+    or is missing: both read as erased here, a missing one said in the log (the live projector is
+    where a missing key stops the projection)."""
 
     def __init__(self, keys: KeyStore) -> None:
         self._keys = keys
 
     def data_key(self, tenant: str, key_id: str, *, create: bool = False) -> bytes | None:
-        return self._keys.data_key(tenant, key_id)
+        try:
+            return self._keys.data_key(tenant, key_id)
+        except KeyMissing as exc:
+            log.error("%s; a replay reads it as erased", exc)
+            return None
 
     def destroy(self, tenant: str, key_id: str) -> bool:
         return False

@@ -29,10 +29,12 @@ from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent
 from engram.schemas.events import Event, Position
 from engram.streams import codec, fetch_guard
-from engram.streams.keystore import KeyStore
+from engram.streams.keystore import KeyMissing, KeyStore
 from engram.streams.pipeline import read_record
 from engram.streams.snapshots import Snapshots
 from engram.streams.topics import partition_for
+
+from engram import metrics
 
 log = logging.getLogger(__name__)
 
@@ -307,22 +309,34 @@ MAX_ATTEMPTS = 5
 LOCKED_RETRY_S = 5.0
 
 
+Hold = Callable[[str | None], None]  # told why the projector waits (a reason), and when it goes on (None)
+
+
+def _no_hold(reason: str | None) -> None:
+    pass
+
+
 async def handle_with_retries(
-    record: Record, stores: TenantStores, sink: DeadLetterSink, *, partitions: int
+    record: Record, stores: TenantStores, sink: DeadLetterSink, *, partitions: int, hold: Hold = _no_hold
 ) -> Result:
     """An unexpected error (disk, a bug) is retried with backoff before the record is given up
     on: dead-lettered with the error, and the tenant's position moved past it. A store another
-    process holds is no fault of the record's: it is waited for, however long, and nothing is
-    dead-lettered or skipped meanwhile."""
+    process holds, or a data key missing from the key store (``KeyMissing``: not destroyed, so
+    not erased), is no fault of the record's: it is waited for, however long, with ``hold`` told
+    why, and nothing is dead-lettered, skipped or projected as erased meanwhile."""
     attempt = 0
     while True:
         attempt += 1
         try:
-            return await handle_record(record, stores, sink, partitions=partitions)
-        except StoreLocked as exc:
+            result = await handle_record(record, stores, sink, partitions=partitions)
+            hold(None)
+            return result
+        except (StoreLocked, KeyMissing) as exc:
             attempt = 0
             pos = record.position
             log.error("%s; the record at %d:%d waits for it", exc, pos.partition, pos.offset)
+            if isinstance(exc, KeyMissing):
+                hold(_missing(exc))
             await asyncio.sleep(LOCKED_RETRY_S)
             continue
         except Exception as exc:
@@ -354,6 +368,7 @@ async def handle_batch_with_retries(
     *,
     partitions: int,
     committed: RunCommitted | None = None,
+    hold: Hold = _no_hold,
 ) -> list[Result]:
     """``project`` over a batch, retried as ``handle_with_retries`` retries one record: a store
     another process holds is waited for; any other error is retried with backoff, each retry only
@@ -367,9 +382,12 @@ async def handle_batch_with_retries(
         attempt += 1
         try:
             await project(records, results, stores, sink, partitions=partitions, committed=committed)
-        except StoreLocked as exc:
+            hold(None)
+        except (StoreLocked, KeyMissing) as exc:
             attempt = 0
             log.error("%s; a batch of %d records waits for it", exc, len(records))
+            if isinstance(exc, KeyMissing):
+                hold(_missing(exc))
             await asyncio.sleep(LOCKED_RETRY_S)
         except Exception as exc:
             log.warning(
@@ -378,5 +396,10 @@ async def handle_batch_with_retries(
             await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
     for i, record in enumerate(records):
         if results[i] is None:
-            results[i] = await handle_with_retries(record, stores, sink, partitions=partitions)
+            results[i] = await handle_with_retries(record, stores, sink, partitions=partitions, hold=hold)
     return [r for r in results if r is not None]
+
+
+def _missing(exc: KeyMissing) -> str:
+    metrics.keys_missing.inc()
+    return f"projection waits: {exc}"

@@ -157,7 +157,7 @@ def create_app(
             async with writing:
                 started = time.perf_counter()
                 results = await handle_batch_with_retries(
-                    records, stores, sink, partitions=partitions, committed=report.run
+                    records, stores, sink, partitions=partitions, committed=report.run, hold=progress.hold
                 )
                 took = time.perf_counter() - started
                 # the disk stores' memtables, bounded (they flush themselves only at 128 MB each)

@@ -42,6 +42,7 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
             r,
             topic_configs={**LOG_FOREVER, "max.message.bytes": str(DEAD_LETTER_MAX_BYTES)},
         ),
+        NewTopic(settings.key_stores_topic, 1, r, topic_configs=dict(LOG_FOREVER)),
     ]
 
 

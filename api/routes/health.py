@@ -2,7 +2,8 @@
 if not); ``/readyz`` says it can serve within its contract (send it traffic if so): the broker
 answers, and the partitions it projects are at most ``ENGRAM_READY_MAX_LAG`` records behind. Zero
 lag is not the bar: under a catch-up burst every worker would leave the load balancer at once,
-exactly when load is high."""
+exactly when load is high. A projector that waits for a data key missing from the key store is
+not ready whatever its lag, and says why."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ async def readyz(runtime: CurrentRuntime) -> JSONResponse:
         return JSONResponse(body.model_dump(), status_code=503)
     counted = projected_partitions(runtime) or set(lag)
     behind = sum(n for p, n in lag.items() if p in counted)
-    ready = behind <= max_lag
+    held = runtime.progress.held  # a key missing from the key store: nothing applies until it is back
+    ready = behind <= max_lag and held is None
     body = Readiness(
         ready=ready,
         broker=True,
@@ -65,6 +67,7 @@ async def readyz(runtime: CurrentRuntime) -> JSONResponse:
         partitions=sorted(counted),
         handled=dict(runtime.progress.counts),
         batches=runtime.progress.batch_sizes(),
-        reason=None if ready else f"projector is {behind} events behind (ENGRAM_READY_MAX_LAG={max_lag})",
+        reason=held
+        or (None if ready else f"projector is {behind} events behind (ENGRAM_READY_MAX_LAG={max_lag})"),
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)

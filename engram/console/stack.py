@@ -79,13 +79,16 @@ def serve(settings: Settings, args: argparse.Namespace, *, kind: str = "serve") 
     from engram.api.main import create_app
     from engram.api.server import uvicorn_config
     from engram.process import running
+    from engram.streams.log_keys import check_log_keys
     from engram.streams.topics import ensure_topics
 
     print(settings.data_dir_notice(), file=sys.stderr, flush=True)  # where its secret and stores are
 
     async def main() -> None:
-        # a broker that does not answer is said in one line here, not in uvicorn's startup traceback
+        # a broker that does not answer, or a log this key store cannot unseal, is said in one line
+        # here, not in uvicorn's startup traceback
         await ensure_topics(settings)
+        await check_log_keys(settings)
         # Header and body read timeouts, header size limit and connection cap: see api/server.py.
         app = create_app(settings, functools.partial(running, kind=kind))
         server = uvicorn.Server(uvicorn_config(app, settings))

@@ -16,7 +16,7 @@ from engram.projections.tenant_graph import Status
 from engram.schemas import sealing
 from engram.schemas.events import Position
 from engram.streams import keystore, projector
-from engram.streams.keystore import KeyErased, KeyStore, ReadOnlyKeys
+from engram.streams.keystore import KeyErased, KeyMissing, KeyStore, ReadOnlyKeys
 from engram.streams.pipeline import Pipeline
 
 from tests.factories import envelope, remembered
@@ -30,7 +30,8 @@ def test_keys_persist_are_wrapped_and_once_destroyed_are_never_made_again(tmp_pa
     assert stat.S_IMODE((tmp_path / "master.key").stat().st_mode) == 0o600
     files = list((tmp_path / "acme").glob("*.key"))
     assert len(files) == 1 and key not in files[0].read_bytes()  # stored wrapped by the master key
-    assert store.data_key("other", "memory/m1") is None  # tenants' keys are apart
+    with pytest.raises(KeyMissing, match="never destroyed"):  # tenants' keys are apart, and a key
+        store.data_key("other", "memory/m1")  # never in the store is not one that was destroyed
     assert store.destroy("acme", "memory/m1") and not store.destroy("acme", "memory/m1")
     assert store.data_key("acme", "memory/m1") is None
     assert KeyStore(tmp_path).data_key("acme", "memory/m1") is None
