@@ -59,16 +59,17 @@ def test_typed_classes_are_precise_on_the_labelled_set() -> None:
 
 
 def test_at_least_a_thousand_turns_a_second_in_process() -> None:
-    """The issue's target (measured ~13,000/s; the floor leaves room for a loaded CI machine)."""
+    """The issue's target (measured ~13,000/s), in CPU time: what a busy machine's other processes
+    take of the core is not this extractor's cost."""
     import time
 
     extractor = PatternExtractor(load_knowledge())
     texts = [r["text"] for r in load_labelled(HERE / "utterances.jsonl")]
     turns = [Turn("c", f"t{n}", n + 1, "someone", "user", t, AT) for n, t in enumerate(texts)] * 5
-    started = time.perf_counter()
+    started = time.thread_time()
     for i in range(0, len(turns), 8):
         extractor.extract_sync(turns[i : i + 8], [])
-    assert len(turns) / (time.perf_counter() - started) >= 1000
+    assert len(turns) / (time.thread_time() - started) >= 1000
 
 
 def test_every_pattern_candidate_passes_the_checks_a_write_does() -> None:
