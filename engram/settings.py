@@ -204,6 +204,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Most records the projector takes at once (grouped by tenant, one commit each).",
     )
+    key_wait_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long the projector waits at a record whose data key is neither in the key "
+        "store nor destroyed there (unready, saying why, projecting nothing as erased) before it "
+        "dead-letters the record with that reason and goes on.",
+    )
     projector_batch_ms: float = Field(
         10000.0,
         gt=0,

@@ -307,6 +307,7 @@ async def handle_record(
 
 MAX_ATTEMPTS = 5
 LOCKED_RETRY_S = 5.0
+KEY_WAIT_S = 300.0  # ENGRAM_KEY_WAIT_S's default
 
 
 Hold = Callable[[str | None], None]  # told why the projector waits (a reason), and when it goes on (None)
@@ -317,28 +318,51 @@ def _no_hold(reason: str | None) -> None:
 
 
 async def handle_with_retries(
-    record: Record, stores: TenantStores, sink: DeadLetterSink, *, partitions: int, hold: Hold = _no_hold
+    record: Record,
+    stores: TenantStores,
+    sink: DeadLetterSink,
+    *,
+    partitions: int,
+    hold: Hold = _no_hold,
+    key_wait_s: float = KEY_WAIT_S,
+    key_waited_s: float = 0.0,
 ) -> Result:
     """An unexpected error (disk, a bug) is retried with backoff before the record is given up
     on: dead-lettered with the error, and the tenant's position moved past it. A store another
-    process holds, or a data key missing from the key store (``KeyMissing``: not destroyed, so
-    not erased), is no fault of the record's: it is waited for, however long, with ``hold`` told
-    why, and nothing is dead-lettered, skipped or projected as erased meanwhile."""
+    process holds is no fault of the record's: it is waited for, however long, and nothing is
+    dead-lettered or skipped meanwhile. A data key missing from the key store (``KeyMissing``:
+    not destroyed, so the memory is not erased) is waited for up to ``key_wait_s``, ``hold``
+    told why (readiness says it), nothing projected as erased; then the record is dead-lettered
+    with that reason, so one record no key store holds (a producer with a key store of its own)
+    does not stop its partition for good. The log keeps it: a rebuild once the key is back has it."""
     attempt = 0
+    waited = key_waited_s  # a batch this record was in may have waited for the key already
     while True:
         attempt += 1
         try:
             result = await handle_record(record, stores, sink, partitions=partitions)
             hold(None)
             return result
-        except (StoreLocked, KeyMissing) as exc:
+        except StoreLocked as exc:
             attempt = 0
             pos = record.position
             log.error("%s; the record at %d:%d waits for it", exc, pos.partition, pos.offset)
-            if isinstance(exc, KeyMissing):
-                hold(_missing(exc))
             await asyncio.sleep(LOCKED_RETRY_S)
             continue
+        except KeyMissing as exc:
+            pos = record.position
+            if waited < key_wait_s:
+                log.error("%s; the record at %d:%d waits for it", exc, pos.partition, pos.offset)
+                hold(_missing(exc))
+                await asyncio.sleep(LOCKED_RETRY_S)
+                waited += LOCKED_RETRY_S
+                continue
+            reason = f"its data key did not come back in {key_wait_s:g}s (ENGRAM_KEY_WAIT_S): {exc}"
+            log.error("the record at %d:%d is dead-lettered: %s", pos.partition, pos.offset, reason)
+            hold(None)
+            await sink(_kept_headers(record), reason)
+            _reject(stores, record)
+            return Result(None, Outcome(Status.REJECTED, reason))
         except Exception as exc:
             pos = record.position
             if attempt < MAX_ATTEMPTS:
@@ -354,11 +378,16 @@ async def handle_with_retries(
             log.exception("projection failed at %d:%d; dead-lettering", pos.partition, pos.offset)
             reason = f"projection error after {attempt} attempts: {type(exc).__name__}: {exc}"
             await sink(_kept_headers(record), reason)
-            tenant = record_tenant(record.key)
-            with contextlib.suppress(Exception):
-                if tenant is not None and (graph := stores.get(tenant)) is not None:
-                    graph.reject(pos)
+            _reject(stores, record)
             return Result(None, Outcome(Status.REJECTED, reason))
+
+
+def _reject(stores: TenantStores, record: Record) -> None:
+    """Move the record's tenant's position past a record given up on."""
+    tenant = record_tenant(record.key)
+    with contextlib.suppress(Exception):
+        if tenant is not None and (graph := stores.get(tenant)) is not None:
+            graph.reject(record.position)
 
 
 async def handle_batch_with_retries(
@@ -369,6 +398,7 @@ async def handle_batch_with_retries(
     partitions: int,
     committed: RunCommitted | None = None,
     hold: Hold = _no_hold,
+    key_wait_s: float = KEY_WAIT_S,
 ) -> list[Result]:
     """``project`` over a batch, retried as ``handle_with_retries`` retries one record: a store
     another process holds is waited for; any other error is retried with backoff, each retry only
@@ -378,17 +408,22 @@ async def handle_batch_with_retries(
     report from the results."""
     results: list[Result | None] = [None] * len(records)
     attempt = 0
-    while len(records) > 1 and attempt < MAX_ATTEMPTS and None in results:
+    waited = 0.0  # for a missing key: past key_wait_s, the batch goes one record at a time
+    while len(records) > 1 and attempt < MAX_ATTEMPTS and None in results and waited < key_wait_s:
         attempt += 1
         try:
             await project(records, results, stores, sink, partitions=partitions, committed=committed)
             hold(None)
-        except (StoreLocked, KeyMissing) as exc:
+        except StoreLocked as exc:
             attempt = 0
             log.error("%s; a batch of %d records waits for it", exc, len(records))
-            if isinstance(exc, KeyMissing):
-                hold(_missing(exc))
             await asyncio.sleep(LOCKED_RETRY_S)
+        except KeyMissing as exc:
+            attempt = 0
+            log.error("%s; a batch of %d records waits for it", exc, len(records))
+            hold(_missing(exc))
+            await asyncio.sleep(LOCKED_RETRY_S)
+            waited += LOCKED_RETRY_S
         except Exception as exc:
             log.warning(
                 "projecting a batch of %d failed (attempt %d): %s; retrying", len(records), attempt, exc
@@ -396,7 +431,15 @@ async def handle_batch_with_retries(
             await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
     for i, record in enumerate(records):
         if results[i] is None:
-            results[i] = await handle_with_retries(record, stores, sink, partitions=partitions, hold=hold)
+            results[i] = await handle_with_retries(
+                record,
+                stores,
+                sink,
+                partitions=partitions,
+                hold=hold,
+                key_wait_s=key_wait_s,
+                key_waited_s=waited,
+            )
     return [r for r in results if r is not None]
 
 

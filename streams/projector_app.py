@@ -157,7 +157,13 @@ def create_app(
             async with writing:
                 started = time.perf_counter()
                 results = await handle_batch_with_retries(
-                    records, stores, sink, partitions=partitions, committed=report.run, hold=progress.hold
+                    records,
+                    stores,
+                    sink,
+                    partitions=partitions,
+                    committed=report.run,
+                    hold=progress.hold,
+                    key_wait_s=settings.key_wait_s,
                 )
                 took = time.perf_counter() - started
                 # the disk stores' memtables, bounded (they flush themselves only at 128 MB each)

@@ -207,3 +207,47 @@ def test_forgetting_an_extracted_memory_destroys_its_evidence_turns_keys(
     assert keys.data_key("acme", sealing.key_id("k1")) is not None
     graph = stores.get("acme")
     assert graph is not None and get_memory(graph, "x1") is not None  # the node and its ids stay
+
+
+def test_a_key_missing_from_the_key_store_holds_the_record_then_dead_letters_it_and_erases_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a forgotten memory (no tombstone), so never projected as erased: the projector waits
+    for the key, saying why, then dead-letters the record with the reason and goes on, so one
+    record no key store holds does not stop its partition for good (issue 34)."""
+    keys = KeyStore(tmp_path / "keys")
+    values = records(
+        [envelope("MemoryRemembered", remembered(m, label=f"label {m}")) for m in ("m1", "m2")], keys
+    )
+    keys._path("acme", "memory/m1").rename(tmp_path / "aside")  # a partial restore lost m1's key
+    keys._cache.clear()
+    waited: list[float] = []
+
+    async def wait(seconds: float) -> None:
+        waited.append(seconds)
+
+    monkeypatch.setattr(projector.asyncio, "sleep", wait)
+    told: list[str | None] = []
+    letters: list[str] = []
+
+    async def sink(_record: Any, reason: str) -> None:
+        letters.append(reason)
+
+    batch = [
+        projector.Record(b"acme", v, [], Position(0, offset, 1_764_547_200_000 + offset))
+        for offset, v in enumerate(values)
+    ]
+    stores = TenantStores(tmp_path / "stores", keys=keys)
+    results = asyncio.run(
+        projector.handle_batch_with_retries(
+            batch, stores, sink, partitions=1, hold=told.append, key_wait_s=3 * projector.LOCKED_RETRY_S
+        )
+    )
+    assert [r.outcome.status for r in results] == [Status.REJECTED, Status.APPLIED], results
+    assert sum(waited) == 3 * projector.LOCKED_RETRY_S  # waited, then gave up
+    assert told[0] is not None and "not in the key store" in told[0] and told[-1] is None
+    assert len(letters) == 1 and "did not come back in 15s (ENGRAM_KEY_WAIT_S)" in letters[0]
+    graph = stores.get("acme")
+    assert graph is not None
+    assert get_memory(graph, "m1") is None  # absent (the log keeps it), not "(erased)"
+    assert get_memory(graph, "m2")["label"] == "label m2"  # and the partition went on
