@@ -25,8 +25,10 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
     from engram.projections.knowledge import load_knowledge
     from engram.streams.embedder import load_embedder
     from engram.streams.keystore import KeyStore
+    from engram.streams.log_keys import check_log_keys
     from engram.streams.pipeline import Pipeline
     from engram.streams.producer import EventProducer, produce_lines
+    from engram.streams.topics import ensure_topics
 
     async def main() -> int:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
@@ -35,6 +37,9 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
         embedder = None if args.no_embed else load_embedder(settings.embedder)
         knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
         lines = [line.removesuffix("\r") for line in text.split("\n")]
+        # what it seals must be readable by the log's projectors: the same key store as theirs
+        await ensure_topics(settings)
+        await check_log_keys(settings)
         async with EventProducer(settings) as producer:
             pipeline = Pipeline(knowledge, KeyStore(settings.key_store_dir), embedder)
             report = await produce_lines(producer, lines, pipeline)

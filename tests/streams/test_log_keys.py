@@ -52,6 +52,13 @@ def test_a_log_refuses_a_key_store_it_was_not_sealed_with(broker: Settings, tmp_
     assert done.returncode == 1, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("engram serve: NotTheLogsKeys: the log at") and "Traceback" not in done.stderr
+    # and engram produce seals nothing with it: the log's projectors could not unseal it
+    line = '{"type": "MemoryRemembered", "tenant": "acme", "source": "operator", "payload": {}}'
+    done = subprocess.run(
+        [sys.executable, "-m", "engram.cli", "produce", "-"],
+        env=env, input=line, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "produce: NotTheLogsKeys: the log at" in done.stderr, done.stderr
 
 
 def test_a_key_missing_from_the_log_key_store_holds_the_projection_and_erases_nothing(
