@@ -168,15 +168,22 @@ async def capturing(
 
 @asynccontextmanager
 async def running(
-    settings: Settings, *, url: str | None = None, api: bool = True, kind: str = "serve"
+    settings: Settings,
+    *,
+    url: str | None = None,
+    api: bool = True,
+    kind: str = "serve",
+    keys_checked: bool = False,
 ) -> AsyncIterator[Runtime]:
     """The API's runtime: producer, projector (Faust, in this event loop), lag monitor, capture,
     as_of replays, the SPARQL sandbox and (when enabled) the archiver; stopped after. ``url``: where
     the group sends this process its tenants' requests (default ``settings.api_url()``); ``api``
     False (a worker that serves no HTTP): the parts only requests use are not started; ``kind``:
-    the command running it, ``serve`` or ``worker``."""
+    the command running it, ``serve`` or ``worker``; ``keys_checked``: the caller has checked the
+    log's key store already (``engram serve``, before uvicorn starts)."""
     await ensure_topics(settings)
-    await check_log_keys(settings)  # never project a log this key store cannot unseal
+    if not keys_checked:
+        await check_log_keys(settings)  # never project a log this key store cannot unseal
     parts = compose_projection(settings, url or settings.api_url(), kind)
     embedder, stores = parts.embedder, parts.stores
     producer = EventProducer(settings, write_timeout_s=settings.write_timeout_s)

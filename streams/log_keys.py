@@ -76,8 +76,11 @@ async def check_log_keys(settings: Settings) -> str:
 
 async def _first_id(settings: Settings, topic: str) -> str | None:
     """The id at the start of the key-store topic, or None if it holds none."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None
+    consumer = AIOKafkaConsumer(  # a fetch answered at once: the default waits up to 500 ms
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        fetch_max_wait_ms=20,
     )
     await consumer.start()
     try:

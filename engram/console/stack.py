@@ -90,7 +90,7 @@ def serve(settings: Settings, args: argparse.Namespace, *, kind: str = "serve") 
         await ensure_topics(settings)
         await check_log_keys(settings)
         # Header and body read timeouts, header size limit and connection cap: see api/server.py.
-        app = create_app(settings, functools.partial(running, kind=kind))
+        app = create_app(settings, functools.partial(running, kind=kind, keys_checked=True))
         server = uvicorn.Server(uvicorn_config(app, settings))
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
