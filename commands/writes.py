@@ -61,8 +61,9 @@ class Commands(Appender):
         rivals named); ``replace`` superseding its one rival; ``keep_both`` written beside them.
         Auto-captured memories (source ``extraction``) never ask: they supersede an auto-captured
         rival silently; one that would replace or contradict a person's (any rival not extracted)
-        becomes a pending proposal against it (``proposes``: inactive until a person accepts it,
-        ``decide_proposal``). ``proposes`` given: a proposal as sent."""
+        becomes a pending proposal against every such rival (``proposes`` the first by id,
+        ``also_proposes`` the others: inactive until a person accepts it, ``decide_proposal``).
+        ``proposes`` given: a proposal as sent."""
         framed = self.validated(by.envelope("MemoryRemembered", tenant, memory))
         event = framed.event
         p = event.payload
@@ -85,8 +86,8 @@ class Commands(Appender):
                     "a restatement captured from a conversation writes nothing"
                 )
             people = [r for r in found if r.source != v.Source.EXTRACTION]
-            if people:  # a person's word is never overwritten by a capture: it is asked (the first, by id)
-                chosen = replace(p, proposes=people[0].id)
+            if people:  # a person's word is never overwritten by a capture: asked, against each of them
+                chosen = replace(p, proposes=people[0].id, also_proposes=tuple(r.id for r in people[1:]))
             else:
                 chosen = replace(p, replaces=found[0].id) if len(found) == 1 else p
             return await self.append(replace(event, payload=chosen), wait=wait, teams=by.teams)
@@ -136,8 +137,11 @@ class Commands(Appender):
         candidates: list[Framed | Event] = [framed]
         for q in graph.store.quads_for_pattern(None, e("supersededBy"), memory_iri(p.memory_id), ASSERTED):
             candidates.append(replace(event, payload=replace(p, replaces=q.subject.value.rsplit(":", 1)[-1])))
-        for old in graph.objects(memory_iri(p.memory_id), e("proposes")):
-            candidates.append(replace(event, payload=replace(p, proposes=old.value.rsplit(":", 1)[-1])))
+        if olds := sorted(
+            old.value.rsplit(":", 1)[-1] for old in graph.objects(memory_iri(p.memory_id), e("proposes"))
+        ):
+            proposed = replace(p, proposes=olds[0], also_proposes=tuple(olds[1:]))  # rivals are by id
+            candidates.append(replace(event, payload=proposed))
         for q in graph.store.quads_for_pattern(None, e("changedBy"), Literal(event.event_id), ASSERTED):
             if q.subject != memory_iri(p.memory_id):
                 candidates.append(self._restatement(event, q.subject.value.rsplit(":", 1)[-1]))
@@ -191,11 +195,12 @@ class Commands(Appender):
         reason: str | None = None,
         wait: bool = False,
     ) -> Accepted:
-        """A person's answer to the pending proposal ``memory_id``: accepted, it supersedes the
-        memory it would replace; rejected, it stays inactive. Refused: 404 for a proposal (or the
-        memory it would replace) the actor may not see, 403 for one whose memory it may not
-        supersede (and for source ``extraction``), 409 if already decided or the memory it would
-        replace is no longer active, 422 for a memory that is not a proposal."""
+        """A person's answer to the pending proposal ``memory_id``: accepted, it supersedes every
+        memory it would replace; rejected, it stays inactive. Refused: 404 for a proposal (or a
+        memory it would replace) the actor may not see, 403 for one with a memory it may not
+        supersede (and for source ``extraction``), 409 if already decided or, for an acceptance,
+        any memory it would replace is no longer active (all or none), 422 for a memory that is
+        not a proposal."""
         payload = {"memory_id": memory_id, "decision": str(decision), "reason": reason}
         return await self.submit(tenant, "ProposalDecided", payload, by, wait=wait)
 

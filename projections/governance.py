@@ -6,9 +6,10 @@ log cannot be used to go around the API.
 
 Authorisation decides before anything reveals existence: first what the actor's role alone
 refuses (whatever memory is named), then every memory the event names (its ``memory_id``,
-``superseded_by``, ``replaces``, ``proposes``) must be one the actor may see, else the event is refused as
-:class:`Unseen`, worded exactly as for a memory that does not exist; only then whether it may make
-the change, and only then (``validation.checked_plan``) whether the change applies.
+``superseded_by``, ``replaces``, ``proposes``, ``also_proposes``) must be one the actor may see,
+else the event is refused as :class:`Unseen`, worded exactly as for a memory that does not exist;
+only then whether it may make the change, and only then (``validation.checked_plan``) whether the
+change applies.
 
 * Seeing a memory: operators and auditors see all; company memories everyone; a user-scoped one its
   user (an agent acting for them); a team one the team's members, as the tenant's
@@ -20,7 +21,7 @@ the change, and only then (``validation.checked_plan``) whether the change appli
   user-scoped memory's user, or whoever wrote a shared one); operators may for team and company
   memories.
 * Deciding a proposal (accepting or rejecting an extracted memory that would replace a person's):
-  whoever may supersede the memory it would replace, so a person's own answer, an agent's on that
+  whoever may supersede every memory it would replace, so a person's own answer, an agent's on that
   person's behalf (recorded as the agent's, for the user), an operator's for team and company
   memories; never an event whose source is ``extraction``, whoever its actor: the workflow that
   made a proposal does not decide it.
@@ -91,7 +92,8 @@ def check(event: Event, state: GraphState, teams: Set[str] | None = None) -> Non
 def references(p: ev.Payload) -> list[tuple[str, str]]:
     """Every memory an event names, as (field, id): the ones the actor must be able to see."""
     if isinstance(p, ev.MemoryRemembered):
-        return [(name, i) for name, i in (("replaces", p.replaces), ("proposes", p.proposes)) if i]
+        named = [(name, i) for name, i in (("replaces", p.replaces), ("proposes", p.proposes)) if i]
+        return named + [("also_proposes", i) for i in p.also_proposes]
     if isinstance(p, ev.DecisionRecorded):
         return [("relied_on", m) for m in p.relied_on]
     if isinstance(p, ev.MemoriesAssociated):
@@ -274,15 +276,17 @@ def _restored(actor: Actor, state: GraphState, p: ev.MemoryRestored) -> str | No
     not_from=(v.Source.EXTRACTION,),
 )
 def _proposal_decided(actor: Actor, state: GraphState, p: ev.ProposalDecided) -> str | None:
-    """Whoever may supersede the memory the proposal would replace (and see it: else the same
-    words as for a memory that does not exist, since the proposal names it)."""
-    old = _one(state, memory_iri(p.memory_id), "proposes")
-    if old is None:
-        return None  # not a proposal: the planner says so
-    old_id = old.rsplit(":", 1)[-1]
-    if not sees(actor, state, old_id):
-        return f"memory {old_id} not found"
-    return _may_change(actor, state, old_id, "decide a proposal to replace")
+    """Whoever may supersede every memory the proposal would replace (and see each: else the same
+    words as for a memory that does not exist, since the proposal names it); the first refused, by
+    id, is the reason. Not a proposal: the planner says so."""
+    olds = sorted(o.value.rsplit(":", 1)[-1] for o in state.objects(memory_iri(p.memory_id), e("proposes")))
+    for old_id in olds:
+        if not sees(actor, state, old_id):
+            return f"memory {old_id} not found"
+        reason = _may_change(actor, state, old_id, "decide a proposal to replace")
+        if reason is not None:
+            return reason
+    return None
 
 
 @governs(

@@ -222,7 +222,8 @@ def _remembered(b: Builder, p: ev.MemoryRemembered) -> None:
         b.replace(old, e("supersededBy"), m)
         b.replace(old, e("validTo"), time_literal(event.occurred_at))
     if p.proposes:  # a proposal: inactive (rules/active.dlog) until a ProposalDecided accepts it
-        b.add(m, e("proposes"), b.existing(p.proposes))
+        for old_id in p.proposed:  # one :proposes per memory it would replace
+            b.add(m, e("proposes"), b.existing(old_id))
         b.add(m, e("proposalStatus"), Literal(v.ProposalStatus.PENDING.value))
 
 
@@ -252,8 +253,10 @@ def _superseded(b: Builder, p: ev.MemorySuperseded) -> None:
 
 @planner(ev.ProposalDecided)
 def _decided(b: Builder, p: ev.ProposalDecided) -> None:
-    """Accepted: the proposal is active and supersedes the memory it proposed to replace, as a
-    MemorySuperseded would; rejected: it stays inactive. Either way once, and who decided is kept."""
+    """Accepted: the proposal is active and supersedes every memory it proposed to replace, as a
+    MemorySuperseded of each would, or none: refused if any is no longer active (the question the
+    person answered is not the one that stands). Rejected: it stays inactive. Either way once, and
+    who decided is kept."""
     m = b.existing(p.memory_id)
     status = next((s.value for s in b.state.objects(m, e("proposalStatus"))), None)
     if status is None:
@@ -263,14 +266,25 @@ def _decided(b: Builder, p: ev.ProposalDecided) -> None:
     if b.state.objects(m, e("forgotten")):
         raise Conflict(f"proposal {p.memory_id} is forgotten; there is nothing left to decide")
     if p.decision == v.ProposalDecision.ACCEPTED:
-        (old,) = b.state.objects(m, e("proposes"))
-        assert isinstance(old, NamedNode)
-        if b.state.objects(old, e("supersededBy")) or b.state.objects(old, e("forgotten")):
-            old_id = old.value.rsplit(":", 1)[-1]
-            raise Conflict(f"memory {old_id}, which {p.memory_id} proposes to replace, is no longer active")
-        b.replace(old, e("supersededBy"), m)
-        b.replace(old, e("validTo"), next(iter(b.state.objects(m, e("validFrom"))), None))
-        b.touch(old)
+        olds = sorted(
+            (o for o in b.state.objects(m, e("proposes")) if isinstance(o, NamedNode)), key=_node_id
+        )
+        gone = [
+            _node_id(o)
+            for o in olds
+            if b.state.objects(o, e("supersededBy")) or b.state.objects(o, e("forgotten"))
+        ]
+        if gone:
+            names = ("memory " if len(gone) == 1 else "memories ") + ", ".join(gone)
+            raise Conflict(
+                f"{names}, which {p.memory_id} proposes to replace, "
+                f"{'is' if len(gone) == 1 else 'are'} no longer active"
+            )
+        valid_from = next(iter(b.state.objects(m, e("validFrom"))), None)
+        for old in olds:
+            b.replace(old, e("supersededBy"), m)
+            b.replace(old, e("validTo"), valid_from)
+            b.touch(old)
     actor = b.event.actor
     b.replace(m, e("proposalStatus"), Literal(p.decision.value))
     b.replace(m, e("decidedBy"), Literal(actor.id))
@@ -280,6 +294,10 @@ def _decided(b: Builder, p: ev.ProposalDecided) -> None:
     if p.reason:
         b.replace(m, e("decisionReason"), Literal(p.reason))
     b.touch(m)
+
+
+def _node_id(node: NamedNode) -> str:
+    return node.value.rsplit(":", 1)[-1]
 
 
 @planner(ev.MemoryRestored)

@@ -1,9 +1,10 @@
 """Proposals: extracted memories that would replace a person's, waiting for a person's answer.
 
 A captured memory never overwrites a human's (DESIGN §7): the command layer writes it with
-``proposes`` (the memory it would replace), the rules keep it out of every active set while it is
-pending or rejected, and a ``ProposalDecided`` settles it. These are the reads: the pending ones a
-principal may see (with the memory each would replace), and what ``justify`` says of either end.
+``proposes`` (the memory it would replace; with ``also_proposes``, every one a person entered), the
+rules keep it out of every active set while it is pending or rejected, and a ``ProposalDecided``
+settles it. These are the reads: the pending ones a principal may see (with the memories each
+would replace), and what ``justify`` says of either end.
 """
 
 from __future__ import annotations
@@ -32,21 +33,25 @@ def pending_against(graph: TenantGraph, memory_id: str, sees: MemoryFilter) -> l
 
 
 def pending(graph: TenantGraph, who: Principal, sees: MemoryFilter) -> list[dict[str, Any]]:
-    """Every pending proposal ``who`` may see, with the memory it would replace (one ``who`` may
-    not see hides the proposal too), newest first."""
+    """Every pending proposal ``who`` may see, with the memories it would replace (one ``who`` may
+    not see hides the proposal too: it could not answer it), newest first."""
     out = []
     for q in graph.store.quads_for_pattern(None, e("proposalStatus"), PENDING, ASSERTED):
         proposal = get_memory(graph, _id(q.subject), sees)
-        if proposal is None or not may_see_memory(who, proposal) or proposal["proposes"] is None:
+        if proposal is None or not may_see_memory(who, proposal):
             continue
-        old = get_memory(graph, proposal["proposes"], sees)
-        if old is None or not may_see_memory(who, old):
+        olds = [get_memory(graph, _id(o), sees) for o in graph.objects(q.subject, e("proposes"))]  # type: ignore[arg-type]
+        replaced = sorted(
+            (o for o in olds if o is not None and may_see_memory(who, o)), key=lambda o: o["id"]
+        )
+        if not olds or len(replaced) < len(olds):
             continue
         out.append(
             {
                 "id": proposal["id"],
                 "proposal": proposal,
-                "replaces": old,
+                "replaces": replaced[0],
+                "replaces_all": replaced,
                 "reason": _one(graph, q.subject, "purpose"),  # why it was extracted, if the writer said
                 "proposed_at": proposal["recorded_at"],
             }
@@ -68,10 +73,10 @@ def proposal_facts(graph: TenantGraph, memory_id: str, sees: MemoryFilter) -> di
     if status is None:
         out["proposal"] = None
         return out
-    old = _one(graph, m, "proposes")
-    old_id = _id(NamedNode(old)) if old else None
+    olds = sorted(old for o in graph.objects(m, e("proposes")) if sees(old := _id(o)))
     out["proposal"] = {
-        "proposes": old_id if old_id is not None and sees(old_id) else None,
+        "proposes": olds[0] if olds else None,
+        "proposes_all": olds,
         "status": status,
         "decided_by": _one(graph, m, "decidedBy"),
         "decided_by_role": _one(graph, m, "decidedByRole"),

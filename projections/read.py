@@ -105,7 +105,8 @@ def _value(term: Any) -> Any:
 def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everything) -> dict[str, Any] | None:
     """One memory as the API answers it; ``superseded_by`` and ``supersedes`` name only memories
     ``sees`` lets through (a hidden superseder leaves ``superseded_by`` null: the memory is still
-    not active, as its ``valid_to`` says)."""
+    not active, as its ``valid_to`` says); so do a proposal's ``proposes_all`` (every memory it
+    would replace, by id) and ``proposes`` (the first of them)."""
     if not v.full_match(v.ID_RE, memory_id):
         return None
     m = memory_iri(memory_id)
@@ -132,8 +133,9 @@ def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everythi
     )
     importance = one("importance")
     forgotten = bool(one("forgotten"))
-    proposes = one("proposes")
-    proposed = proposes.rsplit(":", 1)[-1] if proposes else None
+    proposed = sorted(
+        old for o in facts.get("proposes", []) if sees(old := _value(o).rsplit(":", 1)[-1])
+    )  # every memory a proposal would replace that ``sees`` lets through, by id
     proposal_status = one("proposalStatus")
     return {
         "id": memory_id,
@@ -163,7 +165,8 @@ def get_memory(graph: TenantGraph, memory_id: str, sees: MemoryFilter = everythi
         "supersedes": supersedes,
         "forgotten": forgotten,
         "active": superseded_by is None and not forgotten and proposal_status in (None, "accepted"),
-        "proposes": proposed if proposed is not None and sees(proposed) else None,
+        "proposes": proposed[0] if proposed else None,
+        "proposes_all": proposed,
         "proposal_status": proposal_status,
         "legal_hold": one("legalHold"),
         "lineage": sorted(_value(x) for x in facts.get("changedBy", [])),

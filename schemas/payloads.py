@@ -99,9 +99,16 @@ class MemoryRemembered(MemoryEvent):
     proposes: str | None = None
     sealed: Sealed | None = None
     evidence: Evidence | None = None
+    also_proposes: tuple[str, ...] = ()
 
     def property_names(self) -> Iterable[str]:
         return self.properties.keys()
+
+    @property
+    def proposed(self) -> tuple[str, ...]:
+        """Every memory a proposal would replace (``proposes``, then ``also_proposes``); none for a
+        memory that is no proposal."""
+        return (self.proposes, *self.also_proposes) if self.proposes else ()
 
     @classmethod
     def check(cls, p: Mapping[str, Any], c: Problems) -> None:
@@ -142,6 +149,18 @@ class MemoryRemembered(MemoryEvent):
                 p.get("replaces") is None,
                 "a proposal replaces nothing until accepted: not both proposes and replaces",
             )
+        others = _list(c, p.get("also_proposes", []), "also_proposes")
+        if others:
+            c.require(
+                p.get("proposes") is not None, "also_proposes needs proposes: name the first in proposes"
+            )
+            c.require(
+                len(others) < v.PROPOSED_MAX, f"a proposal names at most {v.PROPOSED_MAX} memories to replace"
+            )
+            named = [p.get("proposes") if isinstance(p.get("proposes"), str) else ""]
+            named += [o for o in others if c.id(o, "also_proposes")]
+            c.require(p.get("memory_id") not in named[1:], "a memory cannot propose to replace itself")
+            c.require(len(set(named)) == len(named), "a proposal names each memory it would replace once")
         emb = p.get("embedding")
         if emb is not None and c.require(isinstance(emb, list | tuple), "embedding must be a list"):
             c.require(

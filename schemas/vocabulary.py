@@ -124,6 +124,7 @@ DIGEST_RE: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
 DECISION_MAX: Final = 4096
 SUMMARY_MAX: Final = 4096
 CITED_MAX: Final = 64
+PROPOSED_MAX: Final = 64  # the memories one proposal would replace (proposes and also_proposes)
 EVIDENCE_TURNS_MAX: Final = 64  # the turns one extracted memory cites: a tail, not a history
 
 

@@ -127,6 +127,13 @@ class MemoryCreate(Attribution):
         "(GET …/proposals); inactive until then. An extracted memory that would replace a person's "
         "becomes one without asking.",
     )
+    also_proposes: list[Id] = Field(
+        default_factory=list,
+        max_length=v.PROPOSED_MAX - 1,
+        description="A proposal against several memories: the others it would replace besides "
+        "proposes (accepting it supersedes them all). An extracted memory that contradicts several "
+        "a person entered proposes against them all without asking.",
+    )
 
     @model_validator(mode="after")
     def _embedding_has_a_model(self) -> MemoryCreate:
@@ -240,7 +247,13 @@ class MemoryPublic(BaseModel):
     supersedes: list[str]
     forgotten: bool
     active: bool
-    proposes: str | None = Field(None, description="A proposal's: the memory it would replace")
+    proposes: str | None = Field(
+        None, description="A proposal's: the memory it would replace (the first of proposes_all)"
+    )
+    proposes_all: list[str] = Field(
+        default_factory=list,
+        description="A proposal's: every memory it would replace (accepting supersedes them all), by id",
+    )
     proposal_status: str | None = Field(
         None, description="A proposal's: pending, accepted or rejected (only an accepted one is active)"
     )

@@ -91,7 +91,12 @@ class Evidence(BaseModel):
 class ProposalStanding(BaseModel):
     """A proposal's: the memory it would replace and how it was decided."""
 
-    proposes: str | None = Field(description="The memory it would replace (null: one the reader may not see)")
+    proposes: str | None = Field(
+        description="The memory it would replace, the first of proposes_all (null: none the reader may see)"
+    )
+    proposes_all: list[str] = Field(
+        default_factory=list, description="Every memory it would replace that the reader may see, by id"
+    )
     status: str = Field(description="pending, accepted or rejected")
     decided_by: str | None = Field(description="Who accepted or rejected it (an agent's id if one did)")
     decided_by_role: str | None

@@ -47,8 +47,8 @@ async def list_proposals(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> ProposalsPublic:
-    """The pending proposals the principal may see, newest first, each with the memory it would
-    replace and why it was proposed."""
+    """The pending proposals the principal may see, newest first, each with the memories it would
+    replace (``replaces``: the first of ``replaces_all``) and why it was proposed."""
     graph, sees = view.graph, view.sees
     if graph is None:
         return ProposalsPublic(data=[], count=0)
@@ -57,7 +57,8 @@ async def list_proposals(
         ProposalPublic(
             id=p["id"],
             proposal=with_derived(graph, p["proposal"], sees),
-            replaces=with_derived(graph, p["replaces"], sees),
+            replaces=(replaced := [with_derived(graph, old, sees) for old in p["replaces_all"]])[0],
+            replaces_all=replaced,
             reason=p["reason"],
             proposed_at=p["proposed_at"],
         )

@@ -6,7 +6,9 @@ context, the proposal is in none, until Sam accepts (the new target in context, 
 superseded) or rejects (nothing changes but the mark). An auto-captured rival is replaced without
 asking; another user sees no proposal and gets the 404 of an unknown id; the workflow cannot
 decide its own proposal; deciding twice, deciding a non-proposal and accepting against a memory no
-longer active are refused with reasons. One server for the module; a tenant per test."""
+longer active are refused with reasons. A capture that contradicts several of Sam's memories is one
+proposal against them all: accepted, it supersedes them all, or none if one is gone. One server for
+the module; a tenant per test."""
 
 from __future__ import annotations
 
@@ -129,6 +131,7 @@ def test_an_extracted_rival_of_a_persons_memory_waits_and_accepting_it_supersede
     justified = call(srv, "GET", t, "/memories/roas-4/justify", SAM).json()
     assert justified["proposal"] == {
         "proposes": "roas-3",
+        "proposes_all": ["roas-3"],
         "status": "accepted",
         "decided_by": "sam",
         "decided_by_role": "user",
@@ -220,3 +223,74 @@ def test_another_user_sees_no_proposal_and_the_404_of_an_unknown_id(srv: Server)
     assert refused.status_code == 403 and "only sam" in refused.text, refused.text
     bad = call(srv, "POST", t, "/proposals/roas-4/maybe", SAM, {"source": "agent"})
     assert bad.status_code == 422, bad.text
+
+
+def test_a_capture_that_contradicts_several_of_a_persons_memories_proposes_against_them_all(
+    srv: Server,
+) -> None:
+    """Sam keeps two ROAS targets (3 and 3.5); a capture of "ROAS 4" is one proposal against both,
+    shown with both, and accepting it supersedes both at once. A retry of the capture is answered
+    as it was decided, not written again."""
+    t = tenant()
+    said(srv, t, target("roas-3", "roas", 3.0))
+    said(srv, t, target("roas-35", "roas", 3.5, on_conflict="keep_both"))
+    capture = {"event_id": str(uuid.uuid4()), **target("roas-4", "roas", 4.0)}
+    heard(srv, t, capture)
+    proposal = memory(srv, t, "roas-4")
+    assert (proposal["active"], proposal["proposes"], proposal["proposes_all"]) == (
+        False,
+        "roas-3",
+        ["roas-3", "roas-35"],
+    )
+    assert memory(srv, t, "roas-3")["proposes_all"] == []  # not a proposal
+    [item] = call(srv, "GET", t, "/proposals", SAM).json()["data"]
+    assert item["replaces"]["id"] == "roas-3"
+    assert [r["id"] for r in item["replaces_all"]] == ["roas-3", "roas-35"]
+    for old in ("roas-3", "roas-35"):
+        assert call(srv, "GET", t, f"/memories/{old}/justify", SAM).json()["pending_proposals"] == ["roas-4"]
+    standing = call(srv, "GET", t, "/memories/roas-4/justify", SAM).json()["proposal"]
+    assert (standing["proposes"], standing["proposes_all"]) == ("roas-3", ["roas-3", "roas-35"])
+    heard(srv, t, capture)  # the same request again: its answer, nothing new
+    assert call(srv, "GET", t, "/proposals", SAM).json()["count"] == 1
+
+    accepted = decide(srv, t, "roas-4", "accept", reason="4 it is")
+    assert accepted.status_code == 202 and accepted.json()["applied"], accepted.text
+    assert memory(srv, t, "roas-4")["supersedes"] == ["roas-3", "roas-35"]
+    for old in ("roas-3", "roas-35"):
+        replaced = memory(srv, t, old)
+        assert not replaced["active"] and replaced["superseded_by"] == "roas-4", replaced
+    context = in_context(srv, t)
+    assert "roas-4" in context and "roas-3" not in context and "roas-35" not in context
+    assert call(srv, "GET", t, "/proposals", SAM).json()["count"] == 0
+
+
+def test_accepting_against_several_is_refused_whole_when_one_is_gone_and_rejecting_still_works(
+    srv: Server,
+) -> None:
+    t = tenant()
+    said(srv, t, target("cpa-20", "cpa", 20.0))
+    said(srv, t, target("cpa-22", "cpa", 22.0, on_conflict="keep_both"))
+    heard(srv, t, target("cpa-25", "cpa", 25.0))
+    assert memory(srv, t, "cpa-25")["proposes_all"] == ["cpa-20", "cpa-22"]
+    said(srv, t, target("cpa-21", "cpa", 21.0, replaces="cpa-22"))  # Sam settles one in person
+    late = decide(srv, t, "cpa-25", "accept")
+    assert late.status_code == 409, late.text
+    assert "memory cpa-22, which cpa-25 proposes to replace, is no longer active" in late.text, late.text
+    assert memory(srv, t, "cpa-20")["active"] and memory(srv, t, "cpa-25")["proposal_status"] == "pending"
+    # others see it as before: another user not at all, an operator may not decide Sam's
+    assert decide(srv, t, "cpa-25", "reject", ANN).status_code == 404
+    refused = decide(srv, t, "cpa-25", "reject", {"role": "operator", "user": "dana"})
+    assert refused.status_code == 403 and "only sam" in refused.text, refused.text
+    rejected = decide(srv, t, "cpa-25", "reject", reason="stale")
+    assert rejected.status_code == 202 and rejected.json()["applied"], rejected.text
+    assert memory(srv, t, "cpa-20")["active"] and memory(srv, t, "cpa-21")["active"]
+    # also_proposes is the write's field too: never without proposes
+    alone = call(
+        srv,
+        "POST",
+        t,
+        "/memories",
+        SAM,
+        {"source": "agent", **target("x", "ctr", 1.0, also_proposes=["cpa-20"])},
+    )
+    assert alone.status_code == 422 and "also_proposes needs proposes" in alone.text, alone.text

@@ -8,6 +8,7 @@ import hashlib
 import json
 import time
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -130,6 +131,56 @@ def test_revise_supersede_forget_and_live_data(live: Live) -> None:
         assert mem.observe_spend("meta", 34_000, "USD", "2026-12", wait=True).applied
         snapshot = mem.context().snapshot
         assert [s["platform"] for s in snapshot["spend"]] == ["meta"]
+
+
+def test_a_proposal_against_several_memories_listed_and_accepted(live: Live) -> None:
+    """A capture that contradicts two of Sam's targets is one proposal against both: the SDK shows
+    both (``proposes_all``, ``replaces_all``) and accepting supersedes both."""
+    t = tenant()
+
+    def roas(memory_id: str, goal: float) -> dict[str, Any]:
+        target = {"kind": "objective", "importance": 5, "memory_class": "PerformanceTargetMemory"}
+        return {
+            "memory_id": memory_id,
+            "scope": "user",
+            "user_id": "sam",
+            "properties": {"metric": "roas", "goal": goal},
+            **target,
+        }
+
+    with (
+        Engram(live.url, live.token(t, role="user", user="sam"), retry=FAST) as sam,
+        Engram(
+            live.url, live.token(t, role="agent", user="extractor", on_behalf_of="sam"), retry=FAST
+        ) as capture,
+    ):
+        sam.remember("ROAS target", "Keep ROAS at 3.", **roas("roas-3", 3.0), wait=True)
+        sam.remember("ROAS floor", "ROAS at 3.5.", **roas("roas-35", 3.5), on_conflict="keep_both", wait=True)
+        heard = capture.remember(
+            "ROAS target",
+            "ROAS should be 4.",
+            **roas("roas-4", 4.0),
+            source="extraction",
+            confidence=0.8,
+            wait=True,
+        )
+        assert heard.applied
+        proposal = sam.get_memory("roas-4")
+        assert (proposal.active, proposal.proposes, proposal.proposes_all) == (
+            False,
+            "roas-3",
+            ["roas-3", "roas-35"],
+        )
+        [pending] = sam.proposals().data
+        assert pending.replaces.id == "roas-3" and [m.id for m in pending.replaces_all] == [
+            "roas-3",
+            "roas-35",
+        ]
+        assert sam.accept_proposal("roas-4", "4 it is", wait=True).applied
+        assert [sam.get_memory(m).superseded_by for m in ("roas-3", "roas-35")] == ["roas-4", "roas-4"]
+        assert sam.justify("roas-4").proposal["proposes_all"] == ["roas-3", "roas-35"]  # type: ignore[index]
+    explicit = Calls(t).remember("ROAS", "4", proposes="roas-3", also_proposes=["roas-35"])
+    assert (explicit.body["proposes"], explicit.body["also_proposes"]) == ("roas-3", ["roas-35"])
 
 
 def test_refusals_carry_the_api_reason(live: Live) -> None:

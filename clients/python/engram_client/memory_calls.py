@@ -52,6 +52,7 @@ class MemoryCalls(CallsBase):
         replaces: str | None = None,
         on_conflict: OnConflict | None = None,
         proposes: str | None = None,
+        also_proposes: Sequence[str] | None = None,
         source: Source | None = None,
         purpose: str | None = None,
         correlation_id: str | None = None,
@@ -64,7 +65,8 @@ class MemoryCalls(CallsBase):
         ``importance`` 1 to 5 (Disabled, Low, Medium, High, Critical); ``memory_class`` a class of the
         ontology (``PerformanceTargetMemory``) with its ``properties``; ``on_conflict`` what to do
         if an active memory says otherwise (``ask``: 409 naming it; ``replace``; ``keep_both``);
-        ``proposes`` a memory this would replace once a person accepts it (``proposals``)."""
+        ``proposes`` a memory this would replace once a person accepts it (``proposals``), and
+        ``also_proposes`` the others, for a proposal against several (accepting supersedes them all)."""
         stakeholders = _drop_none({"user_id": user_id, "team_ids": list(team_ids) if team_ids else None})
         body = _drop_none(
             {
@@ -82,6 +84,7 @@ class MemoryCalls(CallsBase):
                 "replaces": replaces,
                 "on_conflict": on_conflict,
                 "proposes": proposes,
+                "also_proposes": list(also_proposes) if also_proposes else None,
             }
         )
         return self._write(
@@ -184,8 +187,8 @@ class MemoryCalls(CallsBase):
         wait: bool = False,
         idempotency_key: str | None = None,
     ) -> Call[Accepted]:
-        """Accept a pending proposal: it becomes active and supersedes the memory it would replace
-        (409 if already decided or that memory is no longer active)."""
+        """Accept a pending proposal: it becomes active and supersedes every memory it would replace
+        (409 if already decided or any of them is no longer active: all or none)."""
         return self._decide(memory_id, "accept", reason, source, wait, idempotency_key)
 
     def reject_proposal(

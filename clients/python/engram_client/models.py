@@ -86,7 +86,8 @@ class Memory(Answer):
     supersedes: list[str] = Field(default_factory=list)
     forgotten: bool = False
     active: bool = True
-    proposes: str | None = None
+    proposes: str | None = None  # a proposal's: the memory it would replace (the first of proposes_all)
+    proposes_all: list[str] = Field(default_factory=list)  # every memory it would replace, by id
     proposal_status: str | None = None
     legal_hold: str | None = None
     lineage: list[str] = Field(default_factory=list)
@@ -103,11 +104,13 @@ class MemoryPage(Answer):
 
 class Proposal(Answer):
     """A pending proposal: an extracted memory (``proposal``, inactive) that would replace a
-    person's (``replaces``) once a person accepts it."""
+    person's (``replaces``; every one in ``replaces_all``, when it contradicts several) once a
+    person accepts it."""
 
     id: str
     proposal: Memory
     replaces: Memory
+    replaces_all: list[Memory] = Field(default_factory=list)
     reason: str | None = None
     proposed_at: str | None = None
 

@@ -93,7 +93,7 @@ class Justification(Answer):
     events: list[LineageEvent] = Field(default_factory=list)
     supersession: Supersession = Field(default_factory=Supersession)
     evidence: dict[str, Any] | None = None  # an extracted memory's {conversation_id, turn_ids, text}
-    proposal: dict[str, Any] | None = None  # a proposal's: proposes, status, decided_by/for/at, reason
+    proposal: dict[str, Any] | None = None  # a proposal's: proposes(_all), status, decided_by/for/at, reason
     pending_proposals: list[str] = Field(default_factory=list)  # pending proposals to replace it
     statuses: dict[str, Any] = Field(default_factory=dict)
     derived: list[DerivedFact] = Field(default_factory=list)

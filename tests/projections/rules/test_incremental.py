@@ -94,8 +94,17 @@ def remember(draw: st.DrawFn) -> tuple[str, dict]:
     if draw(st.booleans()):
         payload["expires_at"] = draw(st.sampled_from(TIMES))
     if draw(st.integers(0, 3)) == 0:  # a proposal, pending until a ProposalDecided (OPS) settles it
-        payload["proposes"] = draw(st.sampled_from([i for i in IDS if i != payload["memory_id"]]))
+        payload.update(proposal(draw, IDS, payload["memory_id"]))
     return "MemoryRemembered", payload
+
+
+def proposal(draw: st.DrawFn, ids: list[str], itself: str) -> dict:
+    """``proposes`` one of ``ids``, and half the time ``also_proposes`` one or two more: accepted,
+    it supersedes them all at once (refused whole if any of them is no longer active)."""
+    others = draw(
+        st.lists(st.sampled_from([i for i in ids if i != itself]), min_size=1, max_size=3, unique=True)
+    )
+    return {"proposes": others[0], **({"also_proposes": others[1:]} if others[1:] else {})}
 
 
 def lifecycle(ids: list[str]) -> list[st.SearchStrategy[tuple[str, dict]]]:
@@ -252,12 +261,104 @@ def test_incremental_equals_full_after_every_batch_of_random_size(
         del batched, single
 
 
+# Proposals against several memories (MemoryRemembered's also_proposes): a person's memories
+# first, so that a proposal names memories that exist, then proposals against one to three of
+# them, their decisions (an acceptance supersedes them all at once, or is refused whole when one
+# is no longer active) and the lifecycle and live data around them.
+KEPT = ["h1", "h2", "h3", "h4"]
+PROPOSERS = ["p1", "p2", "p3"]
+
+
+@st.composite
+def proposing(draw: st.DrawFn) -> list[tuple[str, dict]]:
+    kept = draw(st.lists(st.sampled_from(KEPT), min_size=2, max_size=4, unique=True))
+    steps = []
+    for m in kept:
+        cls, props = draw(CLASSES)
+        steps.append(
+            ("MemoryRemembered", {**_company(m), "memory_class": cls, "properties": props, "importance": 5})
+        )
+    for m in PROPOSERS:  # each against one to three of them
+        olds = draw(st.lists(st.sampled_from(kept), min_size=1, max_size=3, unique=True))
+        cls, props = draw(CLASSES)
+        steps.append(
+            (
+                "MemoryRemembered",
+                {
+                    **_company(m),
+                    "importance": 4,
+                    "memory_class": cls,
+                    "properties": props,
+                    **_against(m, olds),
+                },
+            )
+        )
+    decided = st.builds(
+        lambda m, d: ("ProposalDecided", {"memory_id": m, "decision": d}),
+        st.sampled_from(PROPOSERS),
+        st.sampled_from(["accepted", "accepted", "rejected"]),
+    )
+    ops = st.one_of(  # answers weighed above the lifecycle that makes them stale
+        decided,
+        decided,
+        *lifecycle([*kept, *PROPOSERS]),
+        st.builds(
+            lambda k, x: ("KpiObserved", {"metric": k, "value": x, "period": "2026-12"}),
+            st.sampled_from(["roas", "cpa"]),
+            st.sampled_from([1.0, 3.0, 25.0]),
+        ),
+        st.builds(lambda t: ("ClockTicked", {"now": t}), st.sampled_from(TIMES)),
+    )
+    return steps + draw(st.lists(ops, min_size=1, max_size=12))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(proposing(), st.lists(st.integers(1, 6), min_size=1, max_size=20))
+def test_proposals_against_several_memories_incremental_equals_full_and_batched_equals_single(
+    steps: list[tuple[str, dict]], sizes: list[int]
+) -> None:
+    """Accepting a proposal supersedes each memory it names in one event: after every batch the
+    inferred facts equal a from-scratch materialisation, and the store equals the same events
+    applied one at a time (live = replay)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        knowledge = knowledge_with_cap(Path(tmp), cap=2)
+        batched = TenantGraph(Path(tmp) / "batched", knowledge)
+        single = TenantGraph(Path(tmp) / "single", knowledge)
+        events = [
+            Step(Position(0, offset, 1_764_547_200_000 + offset * 1000), ev)
+            for offset, (etype, payload) in enumerate(steps)
+            if (ev := built(etype, payload)) is not None
+        ]
+        cuts = iter(sizes * len(events))
+        start, outcomes = 0, []
+        while start < len(events):
+            batch = events[start : start + next(cuts)]
+            planned = batched.plan(batch)
+            batched.commit_planned(planned)
+            outcomes += planned.outcomes
+            assert batched.inferred() == from_scratch(batched), f"after the batch ending at {batch[-1]}"
+            start += len(batch)
+        assert outcomes == [single.apply(s.event, s.position) for s in events if s.event is not None]
+        assert single.inferred() == from_scratch(single)
+        assert export_nquads(batched) == export_nquads(single)
+        del batched, single
+
+
 RANKED = [f"r{i}" for i in range(10)]
 REMEMBER_RANKED = st.builds(
-    lambda m, i: ("MemoryRemembered", {**_company(m), "importance": i}),
+    lambda m, i, olds: ("MemoryRemembered", {**_company(m), "importance": i, **_against(m, olds)}),
     st.sampled_from(RANKED),
     st.integers(3, 5),
+    st.one_of(st.just([]), st.lists(st.sampled_from(RANKED), min_size=1, max_size=3, unique=True)),
 )
+
+
+def _against(memory_id: str, olds: list[str]) -> dict:
+    """A proposal against ``olds`` (pending until OPS decides it), or no proposal if there are none."""
+    olds = [o for o in olds if o != memory_id]
+    return {"proposes": olds[0], "also_proposes": olds[1:]} if olds else {}
+
+
 RANK_OPS = st.one_of(
     REMEMBER_RANKED,
     st.builds(
