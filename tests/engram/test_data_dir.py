@@ -118,18 +118,19 @@ def test_an_installed_engram_from_two_directories_signs_with_one_secret(home: Pa
 def test_engram_serve_prints_its_data_directory_first(
     home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The first line ``engram serve`` writes says where its secret and stores are (the app is
-    stopped from being built: what is checked is what comes before it)."""
-    import engram.api.main
+    """The first line ``engram serve`` writes says where its secret and stores are (it is stopped
+    at its first step, before the broker: what is checked is what comes before it, and the
+    broker's default topics are never touched, nor bound to this test's key store)."""
+    import engram.streams.topics
 
     from engram.cli import main
 
-    def refuse(*args: object) -> None:
-        raise RuntimeError("not built in this test")
+    async def refuse(*args: object) -> None:
+        raise RuntimeError("stopped in this test")
 
-    monkeypatch.setattr(engram.api.main, "create_app", refuse)
+    monkeypatch.setattr(engram.streams.topics, "ensure_topics", refuse)
     assert main(["serve"]) == 1
     first, *rest = capsys.readouterr().err.splitlines()
     data_dir = home / "data" / "engram"
     assert first == f"engram data directory: {data_dir} (the default; ENGRAM_DATA_DIR moves it)"
-    assert rest[-1] == "engram serve: RuntimeError: not built in this test"
+    assert rest[-1] == "engram serve: RuntimeError: stopped in this test"
