@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from engram.files import sync_dir
 from engram.settings import Settings
 
 SEGMENT = re.compile(r"[A-Za-z0-9_=+-][A-Za-z0-9_.=+-]{0,254}")
@@ -106,11 +107,7 @@ class LocalObjects:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-        fd = os.open(path.parent, os.O_RDONLY)  # the rename itself is durable once its dir is synced
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(path.parent)  # the rename itself is durable once its dir is synced
 
     def get(self, key: str) -> bytes:
         try:
