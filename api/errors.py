@@ -144,7 +144,8 @@ def install(app: FastAPI) -> None:
     async def not_done(request: Request, exc: Refused) -> JSONResponse:
         loc = LOCS.get(exc.status, []) if exc.loc is None else list(exc.loc)
         detail = [{"loc": loc, "msg": exc.reason, "type": TYPES.get(exc.status, "refused")}]
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 503 else None
+        retry = exc.retry_after or RETRY_AFTER_S
+        headers = {"Retry-After": str(retry)} if exc.status == 503 else None
         return JSONResponse(body(detail, exc.status), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StoreLocked)

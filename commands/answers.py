@@ -24,6 +24,7 @@ class Refused(Exception):
     the input at fault (None: the request as a whole)."""
 
     status: ClassVar[int] = 422
+    retry_after: ClassVar[int | None] = None  # a 503's Retry-After, when not the API's default
 
     def __init__(self, reason: str, loc: Loc | None = None) -> None:
         super().__init__(reason)

@@ -1,18 +1,21 @@
 """The one path every write takes: decide it as the projection will, append it, answer, optionally wait.
 
 ``commands.writes.Commands`` builds each command's event and hands it here. Kept apart so the
-rules of the path (read-your-writes, a retry answered as the original, a refusal never a 5xx, the
-log's outage as a prompt 503) are read in one place, whatever the command.
+rules of the path (read-your-writes, decided before anything costly, a retry answered as the
+original and never appended twice, a refusal never a 5xx, the log's outage as a prompt 503) are read
+in one place, whatever the command. A decided write goes to the intake (``commands.intake``), which
+embeds, seals and produces the writes that arrive together as one batch, off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from engram.commands.answers import (
     Accepted,
     Attribution,
@@ -25,6 +28,7 @@ from engram.commands.answers import (
     TooLarge,
     refused,
 )
+from engram.commands.intake import Intake
 from engram.projections.progress import Progress
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import AlreadyApplied, Status, TenantGraph
@@ -39,6 +43,10 @@ from engram.streams.projector import reindexes
 
 log = logging.getLogger(__name__)
 
+# the log may leave a record unacknowledged this long before new writes are refused at once: past
+# the produce latency of a broker under load (tens of ms), well short of a broker gone
+STALLED_S = 3.0
+
 
 @dataclass
 class Appender:
@@ -49,6 +57,16 @@ class Appender:
     embedder: Embedder | None  # embeds a new memory that carries no vector
     wait_timeout_s: float
     recent: RecentWrites = field(default_factory=RecentWrites)
+    queue_limit: int = 2000  # ENGRAM_WRITE_QUEUE
+    intake: Intake = field(init=False)
+    # writes handed to the intake and not yet acknowledged by the log, by event id: a retry of one
+    # waits for it instead of appending a second record
+    _on_the_way: dict[str, asyncio.Future[Position]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        timeout = self.producer.write_timeout_s  # a write's 503 comes no later than this
+        stalled = min(STALLED_S, timeout) if timeout is not None else STALLED_S
+        self.intake = Intake(lambda: self.pipeline, self.producer, limit=self.queue_limit, stalled_s=stalled)
 
     @property
     def pipeline(self) -> Pipeline:
@@ -74,16 +92,22 @@ class Appender:
     async def submit(
         self, tenant: str, event_type: str, payload: Mapping[str, Any], by: Attribution, *, wait: bool
     ) -> Accepted:
-        framed = self.validated(by.envelope(event_type, tenant, payload))
-        return await self.append(framed, wait=wait, teams=by.teams)
+        event = self.drafted(by.envelope(event_type, tenant, payload))
+        return await self.append(event, wait=wait, teams=by.teams)
 
     async def append(
         self, item: Framed | Event, *, wait: bool, teams: frozenset[str] | None = None
     ) -> Accepted:
-        """Pre-check, append and answer one validated write (``teams``: the token's, if any). An
-        event a command changed after it was framed (a ``replaces`` it chose) is framed again."""
-        framed = item if isinstance(item, Framed) else self._framed(item)
-        event, tenant = framed.event, framed.event.tenant
+        """Pre-check, append and answer one write (``teams``: the token's, if any). An ``Event`` is
+        a draft (``drafted``), decided before it is embedded, keyed or sealed: a refused write costs
+        neither; a ``Framed`` is appended as framed."""
+        event = item.event if isinstance(item, Framed) else item
+        tenant = event.tenant
+        await self.settle_earlier(event)
+        graph = self.stores.get(tenant)
+        if not isinstance(item, Framed) and graph is not None and graph.applied_digest(event.event_id):
+            item = await self.finished(item)  # a retry: decided as the bytes it was then
+            event = item.event
         try:
             await self.decide(event, teams)
         except AlreadyApplied:
@@ -93,9 +117,9 @@ class Appender:
         except PLAN_ERRORS as exc:
             raise refused(exc) from exc
         try:
-            pos = await self.producer.send(framed)
-        except InvalidEvent as exc:  # checked above; kept so a refusal can never become a 5xx
-            raise Invalid(str(exc)) from exc
+            pos = await self._appended(item)
+        except InvalidEvent as exc:  # what framing refused (413, 422): nothing was appended
+            raise _invalid(exc) from exc
         except KafkaError as exc:
             log.error("append failed: %s", exc)
             raise LogUnavailable(  # the id first: a long reason is cut at errors.MAX_TEXT
@@ -108,6 +132,54 @@ class Appender:
             return accepted
         await self._wait(event, pos)
         return Accepted(event.event_id, accepted.memory_id, pos.partition, pos.offset, applied=True)
+
+    async def _appended(self, item: Framed | Event) -> Position:
+        """``item`` through the intake (finished in a batch, then produced), within the write
+        timeout; past it the record may still reach the log, and a retry waits for it."""
+        event_id = (item.event if isinstance(item, Framed) else item).event_id
+        position = self.intake.submit(item)
+        self._on_the_way[event_id] = position
+
+        def arrived(done: asyncio.Future[Position]) -> None:
+            if self._on_the_way.get(event_id) is done:
+                del self._on_the_way[event_id]
+
+        position.add_done_callback(arrived)
+        timeout = self.producer.write_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(position)
+        except TimeoutError as exc:
+            raise KafkaTimeoutError(
+                f"the log did not take the event within {timeout:g}s (ENGRAM_WRITE_TIMEOUT_S)"
+            ) from exc
+
+    async def settle_earlier(self, event: Event) -> None:
+        """A retry of a write this process is still appending (its first answer timed out, the
+        record still in the producer's buffer) waits for that one and for it to be applied, so it
+        is answered as the original, not appended twice; still on its way after ``wait_timeout_s``:
+        refused (503), nothing appended."""
+        earlier = self._on_the_way.get(event.event_id)
+        if earlier is None:
+            return
+        try:
+            async with asyncio.timeout(self.wait_timeout_s):
+                pos = await asyncio.shield(earlier)
+        except TimeoutError as exc:
+            raise LogUnavailable(
+                f"event {event.event_id} is still on its way to the log from an earlier request; "
+                "nothing more was appended: retry later with the same Idempotency-Key"
+            ) from exc
+        except Exception:  # the earlier attempt failed: this one is decided afresh
+            return
+        await self.progress.wait_for(pos.partition, pos.offset, self.wait_timeout_s)
+
+    async def finished(self, event: Event) -> Framed:
+        """One draft embedded, sealed and encoded off the event loop (a retry's, decided as bytes)."""
+        (done,) = await asyncio.to_thread(self.pipeline.finish_many, [event])
+        if isinstance(done, InvalidEvent):
+            raise _invalid(done)
+        return done
 
     async def decide(self, event: Event, teams: frozenset[str] | None = None) -> None:
         """Decide ``event`` as the projection will, against the tenant's facts now; if it is refused
@@ -128,17 +200,12 @@ class Appender:
         pos = self.recent.get(tenant)
         return pos is not None and self.progress.last_offset.get(pos[0], -1) < pos[1]
 
-    def validated(self, envelope: dict[str, Any]) -> Framed:
-        """The write checked, embedded, sealed and encoded once, with the event the projector will
-        read back from its bytes (``streams.pipeline``)."""
+    def drafted(self, envelope: dict[str, Any]) -> Event:
+        """The write checked (the domain rules, the reserved names) as the event the projector will
+        read, not yet embedded, sealed or encoded: what is decided before anything costly is done
+        (``streams.pipeline``); the intake finishes it once it is decided."""
         try:
-            return self.pipeline.write(envelope)
-        except InvalidEvent as exc:
-            raise _invalid(exc) from exc
-
-    def _framed(self, event: Event) -> Framed:
-        try:
-            return self.pipeline.frame(event)
+            return self.pipeline.draft(envelope)
         except InvalidEvent as exc:
             raise _invalid(exc) from exc
 

@@ -89,7 +89,7 @@ async def onboard(
     planned = writes(tenant, memories, by)
     for slot, payload, slot_by in planned:
         try:
-            commands.validated(slot_by.envelope("MemoryRemembered", tenant, payload))
+            commands.drafted(slot_by.envelope("MemoryRemembered", tenant, payload))
         except Invalid as exc:
             raise Invalid(f"{slot}: {exc.reason}", ("body", slot)) from exc
     return {slot: await commands.remember(tenant, payload, b, wait=wait) for slot, payload, b in planned}

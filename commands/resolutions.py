@@ -19,7 +19,7 @@ from engram.commands.writes import Commands
 from engram.projections.resolve import Loser
 from engram.projections.tenant_graph import AlreadyApplied
 from engram.projections.validation import PLAN_ERRORS
-from engram.streams.pipeline import Framed
+from engram.schemas.events import Event
 
 
 def _event_id(by: Attribution, loser: Loser) -> str:
@@ -32,16 +32,16 @@ async def supersede_losers(
     commands: Commands, tenant: str, losers: Sequence[Loser], by: Attribution, *, wait: bool = False
 ) -> list[Accepted]:
     """Append one MemorySuperseded per loser (by its winner), once every one of them is allowed."""
-    framed: list[Framed] = []
+    drafts: list[Event] = []
     for loser in losers:
         each = dataclasses.replace(by, event_id=_event_id(by, loser))
         payload = {"memory_id": loser.memory_id, "superseded_by": loser.superseded_by}
-        framed.append(commands.validated(each.envelope("MemorySuperseded", tenant, payload)))
-    for item in framed:
+        drafts.append(commands.drafted(each.envelope("MemorySuperseded", tenant, payload)))
+    for item in drafts:
         try:
-            await commands.decide(item.event, by.teams)
+            await commands.decide(item, by.teams)
         except AlreadyApplied:
             continue  # a retry: append answers it as it was
         except PLAN_ERRORS as exc:
             raise refused(exc) from exc
-    return [await commands.append(item, wait=wait, teams=by.teams) for item in framed]
+    return [await commands.append(item, wait=wait, teams=by.teams) for item in drafts]

@@ -14,6 +14,7 @@ was applied (same event id, same content) is answered as the original, not produ
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from engram.commands.answers import (
     Attribution,
     Conflicting,
     NotFound,
+    Refused,
     refused,
 )
 from engram.commands.appending import Appender
@@ -64,20 +66,21 @@ class Commands(Appender):
         becomes a pending proposal against every such rival (``proposes`` the first by id,
         ``also_proposes`` the others: inactive until a person accepts it, ``decide_proposal``).
         ``proposes`` given: a proposal as sent."""
-        framed = self.validated(by.envelope("MemoryRemembered", tenant, memory))
-        event = framed.event
+        event = self.drafted(by.envelope("MemoryRemembered", tenant, memory))
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
+        await self.settle_earlier(event)
         graph = await self.current(tenant)
         explicit = p.replaces is not None or p.proposes is not None
         if graph is None or explicit or p.on_conflict == v.OnConflict.KEEP_BOTH:
-            return await self.append(framed, wait=wait, teams=by.teams)
+            return await self.append(event, wait=wait, teams=by.teams)
         if graph.applied_digest(event.event_id) is not None:  # a retry: answered by what it did then
+            framed = await self.finished(event)
             return await self.append(self._as_applied(framed, graph), wait=wait, teams=by.teams)
         authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
         found = rivals(self.stores.knowledge, graph, event)
         if not found:
-            return await self.append(framed, wait=wait, teams=by.teams)
+            return await self.append(event, wait=wait, teams=by.teams)
         if event.source == v.Source.EXTRACTION:
             said = next((r for r in found if restates(graph, r.id, p)), None)
             if said is not None:  # heard again: nothing to supersede, nobody to ask
@@ -107,13 +110,29 @@ class Commands(Appender):
             f"conflicts with active memories {named}: send on_conflict=replace to supersede, or keep_both"
         )
 
+    async def remember_many(
+        self, tenant: str, memories: Sequence[tuple[Mapping[str, Any], Attribution]], *, wait: bool = False
+    ) -> list[Accepted | Refused]:
+        """Many remembers in one call (the bulk route), each answered as it would be alone, in order:
+        accepted, or the refusal it got. They are decided side by side against the tenant's memories
+        as they stand, not against each other (two of them that conflict are both written and shown
+        as conflicting, as two requests at once would be), and go to the log in the same batches."""
+
+        async def one(memory: Mapping[str, Any], by: Attribution) -> Accepted | Refused:
+            try:
+                return await self.remember(tenant, memory, by, wait=wait)
+            except Refused as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(memory, by) for memory, by in memories)))
+
     async def _restate(
         self, event: Event, memory_id: str, *, wait: bool, teams: frozenset[str] | None
     ) -> Accepted:
         return await self.append(self._restatement(event, memory_id), wait=wait, teams=teams)
 
-    def _restatement(self, event: Event, memory_id: str) -> Framed:
-        """The remember ``event`` as a revision of ``memory_id`` (same event id: one request)."""
+    def _restatement(self, event: Event, memory_id: str) -> Event:
+        """The remember ``event`` as a revision of ``memory_id`` (same event id: one request), drafted."""
         p = event.payload
         assert isinstance(p, ev.MemoryRemembered)
         changes = {
@@ -126,7 +145,7 @@ class Commands(Appender):
         revision = {"memory_id": memory_id, "changes": changes, "property_changes": dict(p.properties)}
         when = event.occurred_at if event.occurred_at_given else None  # a retry's "now" may differ
         by = Attribution(event.source, event.actor, event.event_id, when, event.purpose, event.correlation_id)
-        return self.validated(by.envelope("MemoryRevised", event.tenant, revision))
+        return self.drafted(by.envelope("MemoryRevised", event.tenant, revision))
 
     def _as_applied(self, framed: Framed, graph: TenantGraph) -> Framed | Event:
         """A retried remember as it was applied: as sent, with the ``replaces`` or ``proposes`` the
@@ -144,7 +163,8 @@ class Commands(Appender):
             candidates.append(replace(event, payload=proposed))
         for q in graph.store.quads_for_pattern(None, e("changedBy"), Literal(event.event_id), ASSERTED):
             if q.subject != memory_iri(p.memory_id):
-                candidates.append(self._restatement(event, q.subject.value.rsplit(":", 1)[-1]))
+                restated = self._restatement(event, q.subject.value.rsplit(":", 1)[-1])
+                candidates.append(self.pipeline.frame(restated))  # sealed, as it was applied
         stored = graph.applied_digest(event.event_id)
         return next((c for c in candidates if content_digest(_event(c)) == stored), framed)
 
@@ -174,8 +194,7 @@ class Commands(Appender):
     async def restore(self, tenant: str, memory_id: str, by: Attribution, *, wait: bool = False) -> Accepted:
         """A superseded memory active again; refused (409) while an active memory would then
         contradict it (supersede or forget that one first)."""
-        framed = self.validated(by.envelope("MemoryRestored", tenant, {"memory_id": memory_id}))
-        event = framed.event
+        event = self.drafted(by.envelope("MemoryRestored", tenant, {"memory_id": memory_id}))
         graph = await self.current(tenant)
         if graph is not None and graph.objects(memory_iri(memory_id), e("supersededBy")):
             authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
@@ -183,7 +202,7 @@ class Commands(Appender):
             if found:
                 named = ", ".join(f"{r.id} ({r.label!r})" for r in found)
                 raise Conflicting(f"restoring {memory_id} would contradict the active {named}")
-        return await self.append(framed, wait=wait, teams=by.teams)
+        return await self.append(event, wait=wait, teams=by.teams)
 
     async def decide_proposal(
         self,

@@ -29,6 +29,19 @@ keys_missing = Counter(
     "Times the projector found a record's data key neither in the key store nor destroyed there "
     "(a wrong or lost key store): it waits, unready, and projects nothing as erased",
 )
+write_batches = Histogram(
+    "engram_write_batch_writes",
+    "Writes the intake finished (embedded, sealed, encoded) and produced together, per batch",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+write_embedded = Counter(
+    "engram_write_embedded_texts", "New memories the write path embedded (a refused write is never one)"
+)
+write_refused_busy = Counter(
+    "engram_write_refused_busy",
+    "Writes refused at once, nothing written: the write queue full (ENGRAM_WRITE_QUEUE) or the log "
+    "not acknowledging",
+)
 batch_seconds = Histogram(
     "engram_projector_batch_seconds",
     "Time the projector took to handle one batch (ENGRAM_PROJECTOR_BATCH_MS aims at it)",

@@ -199,7 +199,15 @@ async def running(
         projector=parts.projector,
         lag=LagMonitor(settings, group=parts.membership.group),
         membership=parts.membership,
-        commands=Commands(stores, producer, parts.progress, parts.indexed, embedder, settings.wait_timeout_s),
+        commands=Commands(
+            stores,
+            producer,
+            parts.progress,
+            parts.indexed,
+            embedder,
+            settings.wait_timeout_s,
+            queue_limit=settings.write_queue,
+        ),
         # a hashing embedder costs microseconds: a process to overlap it with would cost more
         query_worker=EmbeddingWorker(embedder, settings.embedder)
         if api and settings.query_embedding_worker and not isinstance(embedder, HashingEmbedder)

@@ -142,6 +142,13 @@ class Settings(BaseSettings):
         "503 with Retry-After; a retry with the same Idempotency-Key (or event_id) is deduplicated. "
         "As long as ENGRAM_WAIT_TIMEOUT_S: a broker slow under load is not taken for a dead one.",
     )
+    write_queue: int = Field(
+        2000,
+        ge=1,
+        description="Most memory writes queued or not yet acknowledged by the log in this process: past "
+        "it a write is refused at once (503, Retry-After: 1), nothing written, instead of waiting "
+        "behind the others; a bulk request's items count one each.",
+    )
     ready_max_lag: int = Field(
         1000,
         ge=0,

@@ -17,6 +17,8 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +34,9 @@ ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
 # so an unbounded cache grew with every write for the life of the server (issue 28, ~0.35 KB per
 # write per key store; the server holds two). A miss reads and unwraps one small file.
 KEY_CACHE = 10_000
+# Keys a batch of writes makes at once: each is durable (fsynced) before any event sealed with it is
+# on the log; made side by side their fsyncs overlap and the file system commits them together.
+KEY_MAKERS = 8
 
 
 class KeyErased(LookupError):
@@ -109,17 +114,43 @@ class KeyStore:
             elif path.with_suffix(".erased").exists():
                 raise KeyErased(f"the key of {key_id} was destroyed: that memory was forgotten")
             else:
-                # durable before any event sealed with it is on the log; if another process made
-                # it first, theirs is the key
-                context = self._context(tenant, key_id)
-                wrapped = create_once(
-                    path, lambda: self.master.encrypt(AESGCM.generate_key(bit_length=256), context)
-                )
-                key = self.master.decrypt(wrapped, context)
-            self._cache[(tenant, key_id)] = key
-            if len(self._cache) > KEY_CACHE:
-                self._cache.popitem(last=False)
+                key = self._make(tenant, key_id)
+            self._remember(tenant, key_id, key)
             return key
+
+    def make_many(self, wanted: Iterable[tuple[str, str]]) -> None:
+        """Make every (tenant, key id) in ``wanted`` that does not exist yet, side by side; one that
+        was destroyed is left alone (sealing with it is refused, as ``data_key`` says)."""
+        with self._lock:
+            todo = [
+                (t, k)
+                for t, k in dict.fromkeys(wanted)
+                if (t, k) not in self._cache
+                and not (path := self._path(t, k)).exists()
+                and not path.with_suffix(".erased").exists()
+            ]
+            if len(todo) < 2:
+                return  # one key is made as it is sealed
+            with ThreadPoolExecutor(min(KEY_MAKERS, len(todo)), thread_name_prefix="keys") as makers:
+                made = list(makers.map(lambda pair: self._make(*pair), todo))
+            for (tenant, key_id), key in zip(todo, made, strict=True):
+                self._remember(tenant, key_id, key)
+
+    def _make(self, tenant: str, key_id: str) -> bytes:
+        """A new data key, durable before any event sealed with it is on the log; if another process
+        made it first, theirs is the key."""
+        context = self._context(tenant, key_id)
+        wrapped = create_once(
+            self._path(tenant, key_id),
+            lambda: self.master.encrypt(AESGCM.generate_key(bit_length=256), context),
+        )
+        return self.master.decrypt(wrapped, context)
+
+    def _remember(self, tenant: str, key_id: str, key: bytes) -> None:
+        self._cache[(tenant, key_id)] = key
+        self._cache.move_to_end((tenant, key_id))
+        if len(self._cache) > KEY_CACHE:
+            self._cache.popitem(last=False)
 
     def destroy(self, tenant: str, key_id: str) -> bool:
         """Erase the key (idempotent); True if there was one to erase."""

@@ -32,7 +32,7 @@ from engram.schemas.checks import InvalidEvent
 from engram.schemas.events import Event, Position, event_from_json, validate
 from engram.streams import codec
 from engram.streams.embedder import Embedder, embedding_text
-from engram.streams.keystore import KeyErased
+from engram.streams.keystore import KeyErased, KeyStore
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,32 @@ class Pipeline:
     def write_many(
         self, objects: NumberedObjects
     ) -> tuple[list[tuple[int, Framed]], list[tuple[int, InvalidEvent]]]:
-        """Frames of the good objects, and (number, reason) for every bad one. A good one passed every
-        check a writer makes (the domain rules, the reserved names, the Avro schema, the log's size
-        limit), so producing it cannot fail on its content. A new memory without a vector is embedded
-        (in batches) after its event id was derived from the object as written."""
+        """Frames of the good objects, and (number, reason) for every bad one: ``draft_many`` then
+        ``finish_many``. A good one passed every check a writer makes (the domain rules, the reserved
+        names, the Avro schema, the log's size limit), so producing it cannot fail on its content."""
+        drafts, bad = self.draft_many(objects)
+        good: list[tuple[int, Framed]] = []
+        for (number, _), done in zip(drafts, self.finish_many([d for _, d in drafts]), strict=True):
+            if isinstance(done, Framed):
+                good.append((number, done))
+            else:
+                bad.append((number, done))
+        return good, bad
+
+    def draft(self, obj: Any) -> Event:
+        """One write (an event's JSON form) as the event the projector will read, before anything
+        costly: not embedded, not sealed, not encoded (``finish_many``). Raises InvalidEvent."""
+        drafts, bad = self.draft_many([(0, obj)])
+        if bad:
+            raise bad[0][1]
+        return drafts[0][1]
+
+    def draft_many(
+        self, objects: NumberedObjects
+    ) -> tuple[list[tuple[int, Event]], list[tuple[int, InvalidEvent]]]:
+        """Events of the good objects, checked by the domain rules and the reserved names, at the
+        log's precision (``as_read``), and (number, reason) for every bad one. Cheap: what a write
+        is decided on (authorised, pre-checked) before it costs an embedding or a key."""
         built: list[tuple[int, Event]] = []
         bad: list[tuple[int, InvalidEvent]] = []
         for number, obj in objects:
@@ -99,20 +121,29 @@ class Pipeline:
                 event = event_from_json(obj)
                 if self.knowledge is not None:
                     check_property_names(self.knowledge, event)
-                built.append((number, event))
+                built.append((number, as_read(event)))
             except InvalidEvent as exc:
                 bad.append((number, exc))
             except RecursionError:
                 bad.append((number, InvalidEvent("the event is nested too deeply")))
+        return built, bad
+
+    def finish_many(self, events: Sequence[Event]) -> list[Framed | InvalidEvent]:
+        """Each event embedded if it is a new memory without a vector (in batches, after its event
+        id was derived from the object as written), sealed and encoded (``frame``), or the reason
+        the log would refuse it. Native work that releases the GIL: run it off the event loop."""
+        numbered = list(enumerate(events))
         if self.embedder is not None:
-            built = embed_missing(built, self.embedder)
-        good: list[tuple[int, Framed]] = []
-        for number, event in built:
+            numbered = embed_missing(numbered, self.embedder)
+        if self.keys is not None:
+            make_keys(self.keys, events)
+        out: list[Framed | InvalidEvent] = []
+        for _, event in numbered:
             try:
-                good.append((number, self.frame(event)))
+                out.append(self.frame(event))
             except InvalidEvent as exc:
-                bad.append((number, exc))
-        return good, bad
+                out.append(exc)
+        return out
 
     def frame(self, event: Event) -> Framed:
         """``event`` sealed (if it is not yet) and encoded, once; raises InvalidEvent (EventTooLarge)
@@ -188,6 +219,17 @@ def seal(event: Event, keys: Keys) -> Event:
     return replace(event, payload=sealing.seal(p, key, sealing.aad_of(event.tenant, event.event_id, p)))
 
 
+def make_keys(keys: Keys, events: Sequence[Event]) -> None:
+    """The data keys a batch will be sealed with that do not exist yet, made together before any
+    is sealed (``KeyStore.make_many``: their fsyncs overlap), not one after another."""
+    if isinstance(keys, KeyStore):
+        keys.make_many(
+            (e.tenant, sealing.key_of(e.payload))
+            for e in events
+            if isinstance(e.payload, sealing.SealablePayload) and e.payload.sealed is None
+        )
+
+
 def open_event(event: Event, keys: Keys | None) -> Event:
     """``event`` with its personal parts readable, or erased when the key is gone (or no key store)."""
     p = event.payload
@@ -224,13 +266,14 @@ def _float32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
+def needs_embedding(event: Event) -> bool:
+    """A new memory written without a vector: the writer embeds it (so replay never embeds)."""
+    return isinstance(event.payload, ev.MemoryRemembered) and event.payload.embedding is None
+
+
 def embed_missing(events: list[tuple[int, Event]], embedder: Embedder) -> list[tuple[int, Event]]:
     """Every new memory without an embedding, embedded by ``embedder`` (so replay never embeds)."""
-    todo = [
-        (i, e.payload)
-        for i, (_, e) in enumerate(events)
-        if isinstance(e.payload, ev.MemoryRemembered) and e.payload.embedding is None
-    ]
+    todo = [(i, e.payload) for i, (_, e) in enumerate(events) if needs_embedding(e)]
     out = list(events)
     for start in range(0, len(todo), EMBED_BATCH):
         part = todo[start : start + EMBED_BATCH]

@@ -76,7 +76,9 @@ class EventProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def _enqueue(self, item: Framed | Event) -> asyncio.Future:
+    async def enqueue(self, item: Framed | Event) -> asyncio.Future:
+        """Hand one record to the producer's buffer; the future is its delivery (RecordMetadata).
+        Waits only while the producer knows no leader for its partition, or its buffer is full."""
         framed = item if isinstance(item, Framed) else _UNSEALED.frame(item)
         return await self._producer.send(
             topic_for(self.settings, framed.event),
@@ -102,12 +104,12 @@ class EventProducer:
         id, which the projection applies once."""
         timeout = self.write_timeout_s
         if timeout is None:
-            futures = [await self._enqueue(item) for item in items]
+            futures = [await self.enqueue(item) for item in items]
             metas = await asyncio.gather(*futures)
             return [Position(m.partition, m.offset, m.timestamp) for m in metas]
         try:
             async with asyncio.timeout(timeout):
-                futures = [await self._enqueue(item) for item in items]
+                futures = [await self.enqueue(item) for item in items]
                 delivered = asyncio.gather(*futures)
                 delivered.add_done_callback(_retrieved)  # an outcome nobody waits for any more
                 metas = await asyncio.shield(delivered)

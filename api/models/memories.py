@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from engram.api.models.fields import (
@@ -217,6 +217,43 @@ class Accepted(BaseModel):
     partition: int
     offset: int
     applied: bool
+
+
+MOST_PER_BATCH = 1000
+
+
+class MemoriesCreate(EdgeModel):
+    """Many memories in one request (``POST …/memories:batch``): each item is a MemoryCreate body,
+    checked on its own, so one bad item is answered as such and the others are written."""
+
+    memories: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=MOST_PER_BATCH,
+        description="Up to 1,000 MemoryCreate bodies; an item's event_id makes it idempotent, as an "
+        "Idempotency-Key header does for every item (item i's event id derived from the key and i)",
+    )
+
+
+class ItemAnswer(BaseModel):
+    """One item's outcome, in the request's order: what a request with that item alone would have
+    been answered (``status``), with where the log put it or why it was not written."""
+
+    index: int
+    status: int = Field(description="202 accepted; else the status the item alone would have got")
+    outcome: Literal[
+        "accepted", "invalid", "refused", "not_found", "conflict", "too_large", "unavailable", "not_in_time"
+    ]
+    event_id: str | None = None
+    memory_id: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    applied: bool | None = None
+    reason: str | None = None
+
+
+class BatchAccepted(BaseModel):
+    accepted: int = Field(description="How many items were accepted")
+    results: list[ItemAnswer]
 
 
 class ActorOut(BaseModel):

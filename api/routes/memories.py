@@ -24,13 +24,16 @@ from engram.api.deps import (
     get_principal,
     write_attribution,
 )
-from engram.api.errors import problem, responses
+from engram.api.errors import clean, problem, responses
 from engram.api.models import (
     CLASS_PATTERN,
     Accepted,
     Attribution,
+    BatchAccepted,
     ForgetRequest,
+    ItemAnswer,
     Kind,
+    MemoriesCreate,
     MemoriesPublic,
     MemoryCreate,
     MemoryPatch,
@@ -38,6 +41,8 @@ from engram.api.models import (
     Scope,
     SupersedeRequest,
 )
+from engram.commands.answers import Attribution as WriteBy
+from engram.commands.answers import Refused
 from engram.projections.conflict_sets import conflict_quads
 from engram.projections.explain import derived_for_memory, inferred_about, show
 from engram.projections.read import get_memory, list_memory_ids, memory_lineage, memory_statuses
@@ -45,7 +50,8 @@ from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import INFERRED, RDF_TYPE, memory_iri
 from engram.projections.visibility import MemoryFilter, held_at, may_see_memory, shown
 from engram.schemas import vocabulary as v
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
+from pydantic import ValidationError
 
 router = APIRouter(
     prefix="/v1/tenants/{tenant}/memories",
@@ -173,6 +179,67 @@ async def remember(
     """Validate and append MemoryRemembered; with ``wait=true`` answer once it is readable."""
     by = write_attribution(tenant, body, who, idempotency_key)
     return Accepted.model_validate(await commands.remember(tenant, body.payload(), by, wait=wait))
+
+
+BATCH_OUTCOMES = {
+    403: "refused",
+    404: "not_found",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid",
+    503: "unavailable",
+    504: "not_in_time",
+}
+
+
+@router.post(":batch", response_model=BatchAccepted, responses=responses(413, 422, 503))
+async def remember_many(
+    tenant: TenantId,
+    body: MemoriesCreate,
+    commands: Commands,
+    who: CurrentPrincipal,
+    idempotency_key: IdempotencyKey = None,
+    wait: bool = False,
+) -> BatchAccepted:
+    """Append up to 1,000 MemoryRemembered at once, each answered in order with its own outcome (what
+    the item alone would have been answered: 202, or 403/404/409/413/422/503/504 with the reason).
+    The items are decided side by side against the tenant's memories as they stand, not against
+    each other, and embedded, sealed and appended in batches; a retry of the request with the same
+    Idempotency-Key (or items with their own event_id) answers each item as it was."""
+    answers: list[ItemAnswer | None] = [None] * len(body.memories)
+    todo: list[tuple[int, dict[str, Any], WriteBy]] = []
+    for i, item in enumerate(body.memories):
+        try:
+            memory = MemoryCreate.model_validate(item)
+        except ValidationError as exc:
+            answers[i] = ItemAnswer(index=i, status=422, outcome="invalid", reason=reasons(exc.errors()))
+            continue
+        key = None if idempotency_key is None else f"{idempotency_key}\nitem {i}"
+        try:
+            by = write_attribution(tenant, memory, who, key)
+        except HTTPException as exc:
+            reason = reasons(exc.detail if isinstance(exc.detail, list) else [exc.detail])
+            answers[i] = ItemAnswer(index=i, status=exc.status_code, outcome="invalid", reason=reason)
+            continue
+        todo.append((i, memory.payload(), by))
+    done = await commands.remember_many(tenant, [(memory, by) for _, memory, by in todo], wait=wait)
+    for (i, _, by), outcome in zip(todo, done, strict=True):
+        if isinstance(outcome, Refused):
+            status = outcome.status
+            answers[i] = ItemAnswer(
+                index=i, status=status, outcome=BATCH_OUTCOMES.get(status, "invalid"),
+                event_id=str(by.event_id), reason=outcome.reason,
+            )  # fmt: skip
+        else:
+            answers[i] = ItemAnswer(index=i, status=202, outcome="accepted", **vars(outcome))
+    results = [a for a in answers if a is not None]
+    return BatchAccepted(accepted=sum(a.status == 202 for a in results), results=results)
+
+
+def reasons(errors: list[Any]) -> str:
+    """Validation errors as one line: each error's place in the item and its message."""
+    items = clean(errors, 422)
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"] for e in items)
 
 
 @router.patch("/{memory_id}", response_model=Accepted, status_code=202, responses=WRITE_RESPONSES)

@@ -21,7 +21,12 @@ from engram.settings import load_settings
 class NoLog:
     """No broker here: a write that passes every check is answered 503, never silently 202."""
 
+    write_timeout_s = 1.0
+
     async def send(self, event: Any) -> Any:
+        raise KafkaConnectionError("no broker in the edge tests")
+
+    async def enqueue(self, event: Any) -> Any:
         raise KafkaConnectionError("no broker in the edge tests")
 
 

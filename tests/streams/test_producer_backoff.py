@@ -57,7 +57,7 @@ async def pending_while_down(settings: Settings, broker: Settings, events: list[
         failed_update(exc)
 
     cluster.failed_update = count
-    pending = asyncio.ensure_future(producer._enqueue(event_from_json(events[1])))
+    pending = asyncio.ensure_future(producer.enqueue(event_from_json(events[1])))
     began = time.process_time()
     await asyncio.sleep(WINDOW_S)
     cpu = time.process_time() - began
