@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from engram.console import access, capture, dev, history, stack, upkeep
+from engram.console import access, capture, dev, history, importing, stack, upkeep
 from engram.console.access import ttl_seconds
 from engram.logs import setup_logging
 from engram.schemas.vocabulary import Role
@@ -91,6 +91,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-embed",
         action="store_true",
         help="do not embed new memories that carry no embedding (they are then found by BM25 only)",
+    )
+
+    im = sub.add_parser(
+        "import",
+        help="write memories from a JSON-lines file ('-' for stdin), one MemoryCreate body a line, "
+        "through a running server's POST …/memories:batch; importing it again writes nothing twice",
+    )
+    im.add_argument("file", help="JSON lines, each a POST …/memories body ('-' for stdin)")
+    im.add_argument("--tenant", required=True)
+    im.add_argument(
+        "--url", help="the engram API (default: this deployment's, ENGRAM_ADVERTISED_URL or ENGRAM_API_PORT)"
+    )
+    im.add_argument(
+        "--token",
+        help="a bearer token (default: one for an operator of the tenant, minted as engram token does)",
+    )
+    im.add_argument("--user", default="import", help="the minted token's subject (default: import)")
+    im.add_argument(
+        "--chunk",
+        type=int,
+        default=1000,
+        help="memories a request, 1 to 1000 (default 1000), fewer if over the body limit",
     )
 
     ic = sub.add_parser(
@@ -192,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "worker": stack.worker,
         "status": stack.status,
         "produce": _produce,
+        "import": importing.import_memories,
         "import-conversations": capture.import_conversations,
         "replay": history.replay,
         "archive": history.archive,

@@ -24,9 +24,11 @@ from engram_client import (
     Engram,
     Forbidden,
     Invalid,
+    ItemAnswer,
     Justification,
     Memory,
     NarrativeItem,
+    NewMemory,
     NotFound,
     Onboarded,
     OnboardingStatus,
@@ -181,6 +183,123 @@ def test_a_proposal_against_several_memories_listed_and_accepted(live: Live) -> 
         assert sam.justify("roas-4").proposal["proposes_all"] == ["roas-3", "roas-35"]  # type: ignore[index]
     explicit = Calls(t).remember("ROAS", "4", proposes="roas-3", also_proposes=["roas-35"])
     assert (explicit.body["proposes"], explicit.body["also_proposes"]) == ("roas-3", ["roas-35"])
+
+
+def test_remember_many_answers_each_item_in_order(live: Live) -> None:
+    """A mixed batch: each item answered where it stood, accepted or refused with its reason, and
+    the client's position moved to the last accepted one."""
+    t = tenant()
+    with Engram(live.url, live.token(t), retry=FAST) as mem:
+        taken = mem.remember("Region", "We sell in the EU.", memory_id="region", wait=True)
+        results = mem.remember_many(
+            [
+                {"label": "Tone", "content": "Plain words.", "kind": "preference", "importance": 4},
+                {"content": "no label", "kind": "fact", "importance": 3},  # invalid
+                NewMemory(label="Markets", content="The US and Canada.", scope="user", user_id="dana"),
+                {
+                    "label": "Replacing",
+                    "content": "nothing",
+                    "kind": "fact",
+                    "importance": 3,
+                    "replaces": "gone",
+                },
+                NewMemory(label="Region again", content="The US too.", memory_id="region"),  # taken
+                NewMemory(label="Launch", content="In March.", importance=5),
+            ],
+            wait=True,
+        )
+        assert all(isinstance(a, ItemAnswer) for a in results)
+        assert [(a.index, a.status, a.outcome) for a in results] == [
+            (0, 202, "accepted"),
+            (1, 422, "invalid"),
+            (2, 202, "accepted"),
+            (3, 404, "not_found"),
+            (4, 409, "conflict"),
+            (5, 202, "accepted"),
+        ]
+        assert "label" in (results[1].reason or "") and "gone" in (results[3].reason or "")
+        accepted = [a for a in results if a.accepted]
+        assert all(a.applied and a.event_id and a.memory_id for a in accepted)
+        assert mem.position == accepted[-1].position
+        labels = sorted(m.label for m in mem.list_memories().data)
+        assert labels == ["Launch", "Markets", "Region", "Tone"]
+        assert mem.get_memory(taken.memory_id or "").content == "We sell in the EU."
+        markets = mem.get_memory(results[2].memory_id or "")
+        assert (markets.scope, markets.stakeholders.user_id, markets.source) == ("user", "dana", "agent")
+
+
+def test_remember_many_chunks_past_1000_and_keeps_the_order(live: Live) -> None:
+    t = tenant()
+    items = [
+        {
+            "memory_id": f"bulk-{i}",
+            "label": f"Item {i}",
+            "content": f"Bulk item {i}.",
+            "kind": "fact",
+            "importance": 2,
+        }
+        for i in range(1005)
+    ]
+    with Engram(live.url, live.token(t), retry=FAST, timeout=120) as mem:
+        urls = sent_params(mem)
+        results = mem.remember_many(iter(items))  # any iterable, read a chunk at a time
+        assert [u.path for u in urls] == [f"/v1/tenants/{t}/memories:batch"] * 2  # 1,000 and 5
+        assert len(results) == 1005
+        assert [a.index for a in results] == list(range(1005))
+        assert [a.memory_id for a in results] == [f"bulk-{i}" for i in range(1005)]
+        assert all(a.accepted for a in results)
+        with pytest.raises(ValueError, match="1 to 1000"):
+            mem.remember_many(items, chunk=1001)
+
+
+def test_remember_many_retried_with_its_key_writes_nothing_new(live: Live) -> None:
+    t = tenant()
+    items = [NewMemory(label=f"Fact {i}", content=f"Fact number {i}.") for i in range(5)]
+    with Engram(live.url, live.token(t), retry=FAST) as mem:
+        first = mem.remember_many(items, idempotency_key="nightly-2026-12-06", chunk=2, wait=True)
+        again = mem.remember_many(items, idempotency_key="nightly-2026-12-06", chunk=2, wait=True)
+        assert [a.event_id for a in again] == [a.event_id for a in first]
+        assert [a.memory_id for a in again] == [a.memory_id for a in first]
+        assert len({a.event_id for a in first}) == 5
+        page = mem.list_memories()
+        assert page.count == 5
+        assert all(len(m.lineage) == 1 for m in page.data)  # one event each
+        both = items[0].model_copy(update={"on_conflict": "keep_both"})
+        other = mem.remember_many([both], idempotency_key="nightly-2026-12-07")
+        assert other[0].event_id != first[0].event_id  # another key, another event
+
+
+def test_remember_many_without_a_key_is_applied_once_when_its_answer_is_dropped(
+    live: Live, proxy: FaultyProxy
+) -> None:
+    """Without a key each item carries a fresh event id, the same in every retry of its chunk."""
+    t = tenant()
+    proxy.drop = 1
+    items = [
+        {"label": f"Note {i}", "content": f"Note {i}.", "kind": "context", "importance": 3} for i in range(3)
+    ]
+    with Engram(proxy.url, live.token(t), retry=FAST) as mem:
+        results = mem.remember_many(items, wait=True)
+        assert len(proxy.requests) == 2 and [a.status for a in results] == [202] * 3
+        assert not any(
+            line.lower().startswith(b"idempotency-key") for line in proxy.requests[0].split(b"\r\n")
+        )
+        page = mem.list_memories()
+        assert page.count == 3 and all(len(m.lineage) == 1 for m in page.data)
+
+
+def test_remember_many_async(live: Live) -> None:
+    t = tenant()
+
+    async def run() -> list[ItemAnswer]:
+        async with AsyncEngram(live.url, live.token(t), retry=FAST) as mem:
+            items = [NewMemory(label=f"Async {i}", content=f"Async item {i}.") for i in range(5)]
+            results = await mem.remember_many(items, chunk=2, wait=True)
+            assert mem.position == results[-1].position
+            return results
+
+    results = asyncio.run(run())
+    assert [(a.index, a.status) for a in results] == [(i, 202) for i in range(5)]
 
 
 def test_refusals_carry_the_api_reason(live: Live) -> None:
@@ -529,6 +648,7 @@ def test_every_verb_names_a_route_the_server_serves(live: Live) -> None:
         calls.reject_proposal("p1", "not now"),
         calls.onboard(fact={"label": "x", "content": "y"}),
         calls.onboarding(),
+        *calls.remember_many([{"label": "x", "content": "y", "kind": "fact", "importance": 3}]),
     ]
     for call in built:
         template = "/v1/tenants/{tenant}" + call.path.removeprefix("/v1/tenants/acme")

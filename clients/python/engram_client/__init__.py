@@ -21,6 +21,7 @@ from engram_client.errors import (
     Unauthorized,
     Unavailable,
 )
+from engram_client.memory_calls import NewMemory
 from engram_client.models import (
     Accepted,
     AgentAccepted,
@@ -31,6 +32,7 @@ from engram_client.models import (
     DecisionJustification,
     DecisionPage,
     Finding,
+    ItemAnswer,
     Justification,
     Memory,
     MemoryPage,
@@ -72,10 +74,12 @@ __all__ = [
     "Finding",
     "Forbidden",
     "Invalid",
+    "ItemAnswer",
     "Justification",
     "Memory",
     "MemoryPage",
     "NarrativeItem",
+    "NewMemory",
     "NotFound",
     "NotInTime",
     "Onboarded",

@@ -59,10 +59,12 @@ class Call(Generic[T]):
     carries_position: bool = False
     # the parts of a write's answer that hold positions (default: the answer itself)
     positions: Callable[[Any], list[Any]] | None = None
+    # a write whose body names its events (each item of a batch its ``event_id``), so no key is needed
+    names_events: bool = False
 
     @property
     def is_write(self) -> bool:
-        return self.idempotency_key is not None
+        return self.idempotency_key is not None or self.names_events
 
     def headers(self) -> dict[str, str]:
         return {"Idempotency-Key": self.idempotency_key} if self.idempotency_key else {}

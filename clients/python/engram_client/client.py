@@ -15,7 +15,7 @@ import inspect
 import os
 import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -90,9 +90,11 @@ class _Base:
 
 def _answers(verb: Callable[..., Any], build: Callable[..., Any]) -> None:
     """Show the verb's own signature with what it answers (``Recall``), not the ``Call[Recall]``
-    its builder returns (``help()``, IDEs that read ``__signature__``)."""
+    its builder returns, nor the ``Iterator[Call[list[ItemAnswer]]]`` of a verb of several calls
+    (``help()``, IDEs that read ``__signature__``)."""
     sig = inspect.signature(build)
-    answer = re.sub(r"^Call\[(.*)\]$", r"\1", str(sig.return_annotation))
+    answer = re.sub(r"^Iterator\[(Call\[.*\])\]$", r"\1", str(sig.return_annotation))
+    answer = re.sub(r"^Call\[(.*)\]$", r"\1", answer)
     verb.__signature__ = sig.replace(return_annotation=answer)  # type: ignore[attr-defined]
 
 
@@ -105,12 +107,37 @@ def _sync(build: Callable[Concatenate[Calls, P], Call[T]]) -> Callable[Concatena
     return verb
 
 
+def _sync_each(
+    build: Callable[Concatenate[Calls, P], Iterable[Call[list[T]]]],
+) -> Callable[Concatenate[Engram, P], list[T]]:
+    """A verb of several calls (``remember_many``'s chunks): each sent in turn, as it is built, and
+    their answers' lists joined in order."""
+
+    @functools.wraps(build)
+    def verb(self: Engram, /, *args: P.args, **kwargs: P.kwargs) -> list[T]:
+        return [answer for call in build(self.calls, *args, **kwargs) for answer in self.send(call)]
+
+    _answers(verb, build)
+    return verb
+
+
 def _async(
     build: Callable[Concatenate[Calls, P], Call[T]],
 ) -> Callable[Concatenate[AsyncEngram, P], Coroutine[Any, Any, T]]:
     @functools.wraps(build)
     async def verb(self: AsyncEngram, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self.send(build(self.calls, *args, **kwargs))
+
+    _answers(verb, build)
+    return verb
+
+
+def _async_each(
+    build: Callable[Concatenate[Calls, P], Iterable[Call[list[T]]]],
+) -> Callable[Concatenate[AsyncEngram, P], Coroutine[Any, Any, list[T]]]:
+    @functools.wraps(build)
+    async def verb(self: AsyncEngram, /, *args: P.args, **kwargs: P.kwargs) -> list[T]:
+        return [answer for call in build(self.calls, *args, **kwargs) for answer in await self.send(call)]
 
     _answers(verb, build)
     return verb
@@ -176,6 +203,7 @@ class Engram(_Base):
         self.close()
 
     remember = _sync(Calls.remember)
+    remember_many = _sync_each(Calls.remember_many)
     revise = _sync(Calls.revise)
     supersede = _sync(Calls.supersede)
     restore = _sync(Calls.restore)
@@ -266,6 +294,7 @@ class AsyncEngram(_Base):
         await self.aclose()
 
     remember = _async(Calls.remember)
+    remember_many = _async_each(Calls.remember_many)
     revise = _async(Calls.revise)
     supersede = _async(Calls.supersede)
     restore = _async(Calls.restore)

@@ -1,10 +1,16 @@
-"""The calls of memories and live data: remember, revise, supersede, restore, forget, reads,
-proposals (list, accept, reject), recall and context, KPI and spend observations."""
+"""The calls of memories and live data: remember (one, or many in chunks), revise, supersede,
+restore, forget, reads, proposals (list, accept, reject), recall and context, KPI and spend
+observations."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from engram_client.call import (
     Call,
@@ -23,6 +29,7 @@ from engram_client.models import (
     Accepted,
     Answer,
     Context,
+    ItemAnswer,
     Memory,
     MemoryPage,
     Onboarded,
@@ -30,6 +37,57 @@ from engram_client.models import (
     ProposalPage,
     Recall,
 )
+
+MOST_PER_BATCH = 1000  # the server's limit per ``POST …/memories:batch``
+KEY_MAX = 255  # the longest Idempotency-Key the server takes
+
+
+class NewMemory(BaseModel):
+    """A memory to write, for :meth:`MemoryCalls.remember_many`: ``remember``'s keyword arguments as
+    a model (``NewMemory(label=..., content=..., kind="fact")``). Fields left ``None`` are left out
+    of the body, so the server's defaults apply; a field the client does not know yet is passed on."""
+
+    model_config = ConfigDict(extra="allow")
+
+    label: str
+    content: str
+    kind: Kind = "fact"
+    importance: int = 3
+    memory_class: str | None = None
+    properties: dict[str, Any] | None = None
+    scope: Scope | None = None
+    user_id: str | None = None
+    team_ids: list[str] | None = None
+    confidence: float | None = None
+    expires_at: str | None = None
+    memory_id: str | None = None
+    replaces: str | None = None
+    on_conflict: OnConflict | None = None
+    proposes: str | None = None
+    also_proposes: list[str] | None = None
+    source: Source | None = None
+    purpose: str | None = None
+    correlation_id: str | None = None
+    occurred_at: str | None = None
+    event_id: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The ``MemoryCreate`` body, as :meth:`MemoryCalls.remember` sends it."""
+        body = self.model_dump(mode="json", exclude_none=True)
+        stakeholders = {name: body.pop(name) for name in ("user_id", "team_ids") if name in body}
+        if stakeholders:
+            body["stakeholders"] = stakeholders
+        return body
+
+
+def chunk_key(key: str, number: int) -> str:
+    """Chunk ``number``'s Idempotency-Key, from the caller's ``key``: the server derives item i's
+    event id from it and i, so the same items resent in the same chunks name the same events. A key
+    too long to take a suffix is replaced by its SHA-256 first (the server's limit is 255)."""
+    suffix = f" chunk {number}"
+    if len(key) + len(suffix) > KEY_MAX:
+        key = hashlib.sha256(key.encode()).hexdigest()
+    return key + suffix
 
 
 class MemoryCalls(CallsBase):
@@ -97,6 +155,67 @@ class MemoryCalls(CallsBase):
             correlation_id=correlation_id,
             occurred_at=occurred_at,
         )
+
+    def remember_many(
+        self,
+        memories: Iterable[Mapping[str, Any] | BaseModel],
+        *,
+        source: Source | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+        chunk: int = MOST_PER_BATCH,
+    ) -> Iterator[Call[list[ItemAnswer]]]:
+        """Remember many memories (``POST …/memories:batch``), ``chunk`` (at most 1,000) to a
+        request: one call per chunk, built as the previous one is sent, each answering its items as
+        :class:`ItemAnswer` with ``index`` counted from the first item of ``memories``.
+
+        An item is a ``MemoryCreate`` body: a mapping, a :class:`NewMemory` or any pydantic model
+        (dumped without its ``None`` fields); ``source`` (default the client's) fills in an item
+        without one. Each item is written at most once: with ``idempotency_key`` every chunk's key
+        is derived from it and the chunk's number (:func:`chunk_key`: resend the same items in the
+        same chunks and nothing is written twice; an item must then carry no ``event_id`` of its
+        own, or the server refuses it, 422); without one, an item without an ``event_id`` is given
+        a fresh one, kept across the retries of its chunk."""
+        if not 1 <= chunk <= MOST_PER_BATCH:
+            raise ValueError(f"chunk is 1 to {MOST_PER_BATCH} items a request, not {chunk}")
+        return self._batches(iter(memories), source, wait, idempotency_key, chunk)
+
+    def _batches(
+        self,
+        memories: Iterator[Mapping[str, Any] | BaseModel],
+        source: Source | None,
+        wait: bool,
+        key: str | None,
+        chunk: int,
+    ) -> Iterator[Call[list[ItemAnswer]]]:
+        start, number = 0, 0
+        while part := list(islice(memories, chunk)):
+            items = [self._item(memory, source, stamp=key is None) for memory in part]
+            yield Call(
+                "POST",
+                f"{self.root}/memories:batch",
+                _renumbered(start),
+                params=_params({"wait": True if wait else None}),
+                body={"memories": items},
+                idempotency_key=None if key is None else chunk_key(key, number),
+                positions=_items_accepted,
+                names_events=key is None,
+            )
+            start, number = start + len(part), number + 1
+
+    def _item(
+        self, memory: Mapping[str, Any] | BaseModel, source: Source | None, *, stamp: bool
+    ) -> dict[str, Any]:
+        if isinstance(memory, NewMemory):
+            body = memory.body()
+        elif isinstance(memory, BaseModel):
+            body = memory.model_dump(mode="json", exclude_none=True)
+        else:
+            body = dict(memory)
+        body.setdefault("source", source or self.source)
+        if stamp:
+            body.setdefault("event_id", str(uuid.uuid4()))
+        return body
 
     def revise(
         self,
@@ -372,6 +491,21 @@ class MemoryCalls(CallsBase):
         """Spend to date on one platform in a period."""
         body = {"platform": platform, "amount": amount, "currency": currency, "period": period}
         return self._write("/spend", body, key=idempotency_key, wait=wait, source=source)
+
+
+def _renumbered(start: int) -> Callable[[Any], list[ItemAnswer]]:
+    """The reader of a chunk's answer: its items, indexed from the caller's first item."""
+
+    def read(answer: Any) -> list[ItemAnswer]:
+        return [ItemAnswer.model_validate({**r, "index": start + r["index"]}) for r in answer["results"]]
+
+    return read
+
+
+def _items_accepted(answer: Any) -> list[Any]:
+    """The items of a batch the log accepted (each a 202 with its position)."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    return [r for r in results or [] if isinstance(r, dict) and r.get("status") == 202]
 
 
 def _slots_written(answer: Any) -> list[Any]:

@@ -34,6 +34,34 @@ class Accepted(Answer):
         return f"{self.partition}:{self.offset}" if self.partition >= 0 and self.offset >= 0 else None
 
 
+class ItemAnswer(Answer):
+    """One item of a ``remember_many``, in the caller's order (``index`` counts across chunks):
+    accepted (``status`` 202, with where the log holds it) or what a request with that item alone
+    would have been answered (403, 404, 409, 413, 422, 503, 504) and why (``reason``). A refused
+    item is an answer, not an exception: the batch's other items were still written."""
+
+    index: int
+    status: int
+    outcome: str  # accepted, invalid, refused, not_found, conflict, too_large, unavailable, not_in_time
+    event_id: str | None = None
+    memory_id: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    applied: bool | None = None
+    reason: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == 202
+
+    @property
+    def position(self) -> str | None:
+        """``partition:offset`` of an accepted item, None otherwise (or when the server gave none)."""
+        if self.partition is None or self.offset is None or self.partition < 0 or self.offset < 0:
+            return None
+        return f"{self.partition}:{self.offset}"
+
+
 class Actor(Answer):
     id: str | None = None
     role: str | None = None
