@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,9 +30,10 @@ from engram.commands.answers import (
     refused,
 )
 from engram.commands.appending import Appender
+from engram.commands.together import Together
 from engram.projections import governance
 from engram.projections.batch import Overlay
-from engram.projections.conflicts import rivals, rivals_of_stored
+from engram.projections.conflicts import Keys, keys_of_many, rivals, rivals_of_stored
 from engram.projections.plan import GraphState, no_facts
 from engram.projections.read import get_memory
 from engram.projections.recognize import normalised
@@ -49,6 +50,14 @@ from pyoxigraph import Literal
 @dataclass
 class Commands(Appender):
     """One method per command; each frames its event and takes the one path (``Appender``)."""
+
+    # the conflict keys of the new memories whose remembers are ready on the loop together, derived
+    # in one pass of the rules (``commands.together``)
+    conflict_keys: Together[Event, Keys] = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.conflict_keys = Together(lambda events: keys_of_many(self.stores.knowledge, events))
 
     # -- memories --------------------------------------------------------------------------
     async def remember(
@@ -78,7 +87,7 @@ class Commands(Appender):
             framed = await self.finished(event)
             return await self.append(self._as_applied(framed, graph), wait=wait, teams=by.teams)
         authorise(event, graph, by.teams)  # before the rivals are looked up: they would be named
-        found = rivals(self.stores.knowledge, graph, event)
+        found = rivals(self.stores.knowledge, graph, event, await self.conflict_keys(event))
         if not found:
             return await self.append(event, wait=wait, teams=by.teams)
         if event.source == v.Source.EXTRACTION:

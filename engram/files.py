@@ -17,24 +17,32 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def create_once(path: Path, make: Callable[[], bytes], *, mode: int = 0o600) -> bytes:
-    """The file's bytes: made by ``make`` if the file is absent, by whichever process links first."""
+def create_once(
+    path: Path, make: Callable[[], bytes], *, mode: int = 0o600, sync_parent: bool = True
+) -> bytes:
+    """The file's bytes: made by ``make`` if the file is absent, by whichever process links first.
+    ``sync_parent`` False: the caller makes the directory's new entry durable (``sync_dir``), once
+    for many files, before it relies on any of them."""
     with contextlib.suppress(FileNotFoundError):
         return _read_whole(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    made = make()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(make())
+            f.write(made)
             f.flush()
             os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):  # another process linked first: theirs is read
+        try:
             os.link(tmp, path)
+        except FileExistsError:  # another process linked first: theirs is read
+            made = b""
     finally:
         tmp.unlink(missing_ok=True)
-    sync_dir(path.parent)
-    return _read_whole(path)
+    if sync_parent:
+        sync_dir(path.parent)
+    return made or _read_whole(path)
 
 
 def _read_whole(path: Path) -> bytes:

@@ -8,6 +8,7 @@ its own facts (a few ms), and looked up among the tenant's inferred facts: no ke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engram.projections.knowledge import Knowledge
@@ -28,27 +29,54 @@ class Rival:
     source: str
 
 
-def keys_of(knowledge: Knowledge, event: Event) -> tuple[set[str], set[str]]:
+Keys = tuple[set[str], set[str]]  # a memory's conflict keys and stakeholder keys
+
+
+def keys_of(knowledge: Knowledge, event: Event) -> Keys:
     """The conflict keys and stakeholder keys the rules would derive for the event's new memory."""
-    assert isinstance(event.payload, ev.MemoryRemembered)
-    scratch = Store()
-    scratch.extend(knowledge.ontology.quads(ONTOLOGY))
-    scratch.extend(q for q in plan(event, Position(0, 0), no_facts()).adds if q.graph_name == ASSERTED)
-    knowledge.engine.materialize(scratch, GRAPHS)
-    m = memory_iri(event.payload.memory_id)
-
-    def values(name: str) -> set[str]:
-        return {q.object.value for q in scratch.quads_for_pattern(m, e(name), None, INFERRED)}
-
-    return values("conflictKey"), values("stakeholderKey")
+    (keys,) = keys_of_many(knowledge, [event])
+    return keys
 
 
-def rivals(knowledge: Knowledge, graph: TenantGraph, event: Event) -> list[Rival]:
-    """Active memories of the tenant with the new memory's conflict key, scope and stakeholders."""
+def keys_of_many(knowledge: Knowledge, events: Sequence[Event]) -> list[Keys]:
+    """``keys_of`` for many new memories, derived together: one scratch store and one pass of the
+    rules for all of them (the pass costs about the same for one memory as for dozens). A memory's
+    keys are a function of its own facts (the scratch store never held the tenant's others), so
+    memories side by side in it do not change each other's; two events of one memory id are
+    derived in passes of their own."""
+    out: list[Keys | None] = [None] * len(events)
+    todo = list(enumerate(events))
+    while todo:
+        seen: set[str] = set()
+        now, later = [], []
+        for i, event in todo:
+            assert isinstance(event.payload, ev.MemoryRemembered)
+            (later if event.payload.memory_id in seen else now).append((i, event))
+            seen.add(event.payload.memory_id)
+        scratch = Store()
+        scratch.extend(knowledge.ontology.quads(ONTOLOGY))
+        for _, event in now:
+            adds = plan(event, Position(0, 0), no_facts()).adds
+            scratch.extend(q for q in adds if q.graph_name == ASSERTED)
+        knowledge.engine.materialize(scratch, GRAPHS)
+        for i, event in now:
+            m = memory_iri(event.payload.memory_id)
+            out[i] = (_derived(scratch, m, "conflictKey"), _derived(scratch, m, "stakeholderKey"))
+        todo = later
+    return [keys for keys in out if keys is not None]
+
+
+def _derived(scratch: Store, m: NamedNode, name: str) -> set[str]:
+    return {q.object.value for q in scratch.quads_for_pattern(m, e(name), None, INFERRED)}
+
+
+def rivals(knowledge: Knowledge, graph: TenantGraph, event: Event, keys: Keys | None = None) -> list[Rival]:
+    """Active memories of the tenant with the new memory's conflict key, scope and stakeholders
+    (``keys``: its keys, if derived already)."""
     p = event.payload
     assert isinstance(p, ev.MemoryRemembered)
-    keys, holders = keys_of(knowledge, event)
-    return _active_with(graph, keys, p.scope.value, holders, memory_iri(p.memory_id))
+    conflict, holders = keys if keys is not None else keys_of(knowledge, event)
+    return _active_with(graph, conflict, p.scope.value, holders, memory_iri(p.memory_id))
 
 
 def rivals_of_stored(graph: TenantGraph, memory_id: str) -> list[Rival]:

@@ -25,6 +25,7 @@ import json
 import os
 import struct
 import types
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -84,7 +85,7 @@ def _personal(p: SealablePayload) -> dict[str, Any]:
             "content": p.content,
             "memory_class": p.memory_class,
             "properties": dict(p.properties),
-            "embedding": [_float32(x) for x in p.embedding] if p.embedding is not None else None,
+            "embedding": list(float32s(p.embedding)) if p.embedding is not None else None,
         }
     return {
         "changes": {k: p.changes[k] for k in SEALED_CHANGES if k in p.changes},
@@ -92,9 +93,10 @@ def _personal(p: SealablePayload) -> dict[str, Any]:
     }
 
 
-def _float32(x: float) -> float:
-    """A component as an Avro float holds it, as an unsealed event's would be."""
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+def float32s(xs: Sequence[float]) -> tuple[float, ...]:
+    """Components as an Avro float holds them, as an unsealed event's would be (the whole vector
+    in one pack: a component at a time cost ~0.2 ms per 384-d vector, twice per write)."""
+    return struct.unpack(f"<{len(xs)}f", struct.pack(f"<{len(xs)}f", *xs))
 
 
 def _canonical(value: dict[str, Any]) -> bytes:

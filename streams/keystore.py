@@ -18,14 +18,13 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from engram.schemas import vocabulary as v
 
-from engram.files import create_once
+from engram.files import create_once, sync_dir
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +33,6 @@ ERASURES = "erasures"  # per tenant: one byte appended for each key destroyed
 # so an unbounded cache grew with every write for the life of the server (issue 28, ~0.35 KB per
 # write per key store; the server holds two). A miss reads and unwraps one small file.
 KEY_CACHE = 10_000
-# Keys a batch of writes makes at once: each is durable (fsynced) before any event sealed with it is
-# on the log; made side by side their fsyncs overlap and the file system commits them together.
-KEY_MAKERS = 8
 
 
 class KeyErased(LookupError):
@@ -119,8 +115,9 @@ class KeyStore:
             return key
 
     def make_many(self, wanted: Iterable[tuple[str, str]]) -> None:
-        """Make every (tenant, key id) in ``wanted`` that does not exist yet, side by side; one that
-        was destroyed is left alone (sealing with it is refused, as ``data_key`` says)."""
+        """Make every (tenant, key id) in ``wanted`` that does not exist yet; one that was destroyed
+        is left alone (sealing with it is refused, as ``data_key`` says). Each key's file is synced
+        as it is written, its directory once for all of them (a key made alone syncs both)."""
         with self._lock:
             todo = [
                 (t, k)
@@ -131,18 +128,20 @@ class KeyStore:
             ]
             if len(todo) < 2:
                 return  # one key is made as it is sealed
-            with ThreadPoolExecutor(min(KEY_MAKERS, len(todo)), thread_name_prefix="keys") as makers:
-                made = list(makers.map(lambda pair: self._make(*pair), todo))
+            made = [self._make(tenant, key_id, sync_parent=False) for tenant, key_id in todo]
+            for directory in {self._path(tenant, key_id).parent for tenant, key_id in todo}:
+                sync_dir(directory)
             for (tenant, key_id), key in zip(todo, made, strict=True):
                 self._remember(tenant, key_id, key)
 
-    def _make(self, tenant: str, key_id: str) -> bytes:
-        """A new data key, durable before any event sealed with it is on the log; if another process
-        made it first, theirs is the key."""
+    def _make(self, tenant: str, key_id: str, *, sync_parent: bool = True) -> bytes:
+        """A new data key, durable before any event sealed with it is on the log (``make_many``
+        syncs the directory for a batch); if another process made it first, theirs is the key."""
         context = self._context(tenant, key_id)
         wrapped = create_once(
             self._path(tenant, key_id),
             lambda: self.master.encrypt(AESGCM.generate_key(bit_length=256), context),
+            sync_parent=sync_parent,
         )
         return self.master.decrypt(wrapped, context)
 

@@ -13,7 +13,6 @@ and :meth:`Pipeline.precheck_offline` the part of it that needs none, for ``engr
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -251,7 +250,7 @@ def as_read(event: Event) -> Event:
         p = replace(
             p,
             expires_at=_millis(p.expires_at) if p.expires_at is not None else None,
-            embedding=tuple(_float32(x) for x in p.embedding) if p.embedding is not None else None,
+            embedding=sealing.float32s(p.embedding) if p.embedding is not None else None,
         )
     elif isinstance(p, ev.ClockTicked):
         p = replace(p, now=_millis(p.now))
@@ -260,10 +259,6 @@ def as_read(event: Event) -> Event:
 
 def _millis(t: datetime) -> datetime:
     return t.astimezone(UTC).replace(microsecond=t.microsecond // 1000 * 1000)
-
-
-def _float32(x: float) -> float:
-    return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
 def needs_embedding(event: Event) -> bool:
@@ -280,9 +275,7 @@ def embed_missing(events: list[tuple[int, Event]], embedder: Embedder) -> list[t
         texts = [embedding_text(memory.label, memory.content) for _, memory in part]
         for (i, memory), vector in zip(part, embedder.embed(texts), strict=True):
             number, e = events[i]
-            embedded = replace(
-                memory, embedding=tuple(float(x) for x in vector), embedding_model=embedder.name
-            )
+            embedded = replace(memory, embedding=tuple(vector.tolist()), embedding_model=embedder.name)
             out[i] = (number, replace(e, payload=embedded))
         if len(todo) > EMBED_BATCH:
             log.info("embedded %d/%d memories", min(start + EMBED_BATCH, len(todo)), len(todo))
