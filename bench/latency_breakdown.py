@@ -8,8 +8,10 @@ time, alternating between the servers (so a busy moment of the shared machine fa
 median of each stage (ms), and the client's CPU-free view of the servers' CPU per write.
 
 Stages (each from the previous stamp): ``http_in`` client send -> the command starts (HTTP,
-auth, body model); ``sealed`` checked, embedded, sealed, encoded; ``checked`` the pre-check
-against the tenant's graph (rivals, governance, the plan); ``acked`` produced and acked by Kafka;
+auth, body model); ``sealed`` checked, embedded, sealed, encoded (a build with the intake: checked
+and drafted only); ``checked`` the pre-check against the tenant's graph (rivals, governance, the
+plan); ``acked`` produced and acked by Kafka (with the intake: finished in a batch off the event
+loop, then produced and acked);
 ``taken`` the projector took it in a batch (Faust fetch + ``BATCH_IDLE_S``); ``committed``
 projected and committed to the graph; ``indexed`` the indexer's pass (refresh; before this branch
 the tantivy commit too); ``released`` the waiting request woke; ``response`` back at the client.
@@ -71,29 +73,38 @@ def install_tracer(out: Path) -> None:
         setattr(cls, name, wrapper)
 
     wrap_async(Commands, "remember", "cmd_in", None)
-    original_validated = Commands.validated
+    # a build with the intake (commands/intake.py) drafts a write, decides it, then finishes it
+    # (embeds, seals, encodes) in a batch off the loop: "sealed" is the draft there, and the
+    # finishing falls in "acked"; an older build framed it whole first and produced it itself
+    drafting = "drafted" if hasattr(Commands, "drafted") else "validated"
+    original_drafted = getattr(Commands, drafting)
 
-    def validated(self: Any, envelope: Any) -> Any:
-        result = original_validated(self, envelope)
+    def drafted(self: Any, envelope: Any) -> Any:
+        result = original_drafted(self, envelope)
         if (s := stamps.get()) is not None:
             s["sealed"] = time.time()
         return result
 
-    Commands.validated = validated  # type: ignore[method-assign]
-    original_send = EventProducer.send
+    setattr(Commands, drafting, drafted)
 
-    async def send(self: Any, item: Any) -> Any:
-        if (s := stamps.get()) is not None:
-            s["checked"] = time.time()
-        pos = await original_send(self, item)
-        if (s := stamps.get()) is not None:
-            s["acked"] = time.time()
-            s["log_append"] = pos.timestamp_ms / 1000
-            by_pos.setdefault((pos.partition, pos.offset), {}).update(s)
-            s["pos"] = (pos.partition, pos.offset)  # type: ignore[assignment]
-        return pos
+    def appended(original: Any) -> Any:
+        async def traced(self: Any, item: Any) -> Any:
+            if (s := stamps.get()) is not None:
+                s["checked"] = time.time()
+            pos = await original(self, item)
+            if (s := stamps.get()) is not None:
+                s["acked"] = time.time()
+                s["log_append"] = pos.timestamp_ms / 1000
+                by_pos.setdefault((pos.partition, pos.offset), {}).update(s)
+                s["pos"] = (pos.partition, pos.offset)  # type: ignore[assignment]
+            return pos
 
-    EventProducer.send = send  # type: ignore[method-assign]
+        return traced
+
+    if hasattr(Commands, "_appended"):
+        Commands._appended = appended(Commands._appended)  # type: ignore[method-assign]
+    else:
+        EventProducer.send = appended(EventProducer.send)  # type: ignore[method-assign]
     original_as_record = projector_app.as_record
 
     def as_record(message: Any) -> Any:
@@ -165,7 +176,10 @@ def profile_sync_steps(out: Path) -> None:
 
         return wrapper
 
-    Pipeline.write = profiled(Pipeline.write, count=True)  # type: ignore[method-assign]
+    if hasattr(Pipeline, "finish_many"):  # the intake's build: the batch's finishing, per batch
+        Pipeline.finish_many = profiled(Pipeline.finish_many, count=True)  # type: ignore[method-assign]
+    else:
+        Pipeline.write = profiled(Pipeline.write, count=True)  # type: ignore[method-assign]
     Pipeline.precheck = profiled(Pipeline.precheck)  # type: ignore[method-assign]
     writes.rivals = profiled(writes.rivals)
 
