@@ -18,10 +18,12 @@ R = TypeVar("R")
 
 
 class Together(Generic[T, R]):
-    """``await together(item)`` is ``many([item, ...])``'s answer for ``item``."""
+    """``await together(item)`` is ``many([item, ...])``'s answer for ``item``; at most ``most``
+    items a call, so a crowd (a bulk request's thousand) holds the loop a bounded while at a time."""
 
-    def __init__(self, many: Callable[[Sequence[T]], Sequence[R]]) -> None:
+    def __init__(self, many: Callable[[Sequence[T]], Sequence[R]], most: int = 64) -> None:
         self.many = many
+        self.most = most
         self._waiting: list[tuple[T, asyncio.Future[R]]] = []
 
     async def __call__(self, item: T) -> R:
@@ -33,7 +35,9 @@ class Together(Generic[T, R]):
         return await answer
 
     def _answer(self) -> None:
-        batch, self._waiting = self._waiting, []
+        batch, self._waiting = self._waiting[: self.most], self._waiting[self.most :]
+        if self._waiting:  # the rest after the callbacks that were waiting behind this one
+            asyncio.get_running_loop().call_soon(self._answer)
         try:
             answers = self.many([item for item, _ in batch])
         except Exception as exc:  # each caller gets the error its own call would have raised

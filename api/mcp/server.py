@@ -195,6 +195,10 @@ class Position:
     def note(self, answer: Any) -> None:
         if not isinstance(answer, dict):
             return
+        if isinstance(items := answer.get("results"), list):  # a batch: each item accepted
+            for item in items:
+                self.note(item)
+            return
         partition, offset = answer.get("partition"), answer.get("offset")
         if type(partition) is not int or type(offset) is not int or partition < 0 or offset < 0:
             return

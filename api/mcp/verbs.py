@@ -49,6 +49,15 @@ VERBS: tuple[Verb, ...] = (
         schema_from="/memory-tool",
     ),
     Verb(
+        "remember_many",
+        "Remember several beliefs at once (up to 1,000), each item what remember takes (label, "
+        "content, kind, importance, memory_class and its properties). Each item is answered in "
+        "order with its own outcome (accepted with its id, or refused with the reason), so one "
+        "bad item does not stop the others.",
+        "POST",
+        "/memories:batch",
+    ),
+    Verb(
         "recall",
         "Search the memories the caller may see (BM25 and vector similarity fused, with recency "
         "and forgetting), best first, each with its statuses and score.",

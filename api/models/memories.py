@@ -232,6 +232,7 @@ class MemoriesCreate(EdgeModel):
         description="Up to 1,000 MemoryCreate bodies; an item's event_id makes it idempotent, as an "
         "Idempotency-Key header does for every item (item i's event id derived from the key and i)",
     )
+    source: Source | None = Field(None, description="The source of every item that names none")
 
 
 class ItemAnswer(BaseModel):

@@ -209,6 +209,8 @@ async def remember_many(
     answers: list[ItemAnswer | None] = [None] * len(body.memories)
     todo: list[tuple[int, dict[str, Any], WriteBy]] = []
     for i, item in enumerate(body.memories):
+        if body.source is not None and isinstance(item, dict):
+            item = {"source": body.source, **item}
         try:
             memory = MemoryCreate.model_validate(item)
         except ValidationError as exc:

@@ -39,7 +39,8 @@ pytestmark = pytest.mark.integration
 TRANSPORTS = ["stdio", "http"]
 ACME, GLOBEX = "acme-mcp", "globex-mcp"
 TOOLS = {
-    "remember", "recall", "get_context", "get_memory", "list_memories", "lineage", "supersede", "forget",
+    "remember", "remember_many", "recall", "get_context", "get_memory", "list_memories", "lineage",
+    "supersede", "forget",
     "recognize", "justify", "associate", "remove_association", "resolve", "summarise", "check_plan",
     "record_decision",
     "decisions_relying_on", "justify_decision", "start_session", "end_session", "record_episode",
@@ -147,7 +148,15 @@ def test_tools_are_the_routes_own(server: Server, transport: str) -> None:
         assert by_name[verb.name].description == verb.description
         assert not {"source", "actor", "event_id", "tenant"} & set(by_name[verb.name].inputSchema)
     # a write tool takes wait (false unless given: answered on append); a read takes none
-    for name in ("remember", "supersede", "forget", "record_decision", "associate", "start_session"):
+    for name in (
+        "remember",
+        "remember_many",
+        "supersede",
+        "forget",
+        "record_decision",
+        "associate",
+        "start_session",
+    ):
         wait = by_name[name].inputSchema["properties"]["wait"]
         assert wait["type"] == "boolean" and wait["default"] is False, name
     for name in ("recall", "get_memory", "justify", "check_plan", "get_context"):
@@ -177,6 +186,31 @@ def test_tools_are_the_routes_own(server: Server, transport: str) -> None:
     assert set(supersede["required"]) == {"memory_id", "superseded_by"}
     assert not {"source", "actor", "event_id", "tenant"} & set(supersede["properties"])
     assert [str(r.uri) for r in resources.resources] == ["engram://context"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_remember_many_answers_each_item_and_the_context_reads_after_them(
+    server: Server, transport: str
+) -> None:
+    label = f"Batch note {transport} {uuid.uuid4().hex[:6]}"
+    items = [
+        memory(f"{label} one"),
+        {"label": "no content", "kind": "fact", "importance": 3},
+        memory(f"{label} two"),
+    ]
+
+    async def body(s: ClientSession) -> Any:
+        written = await s.call_tool("remember_many", {"memories": items})
+        context = await s.call_tool("get_context", {"q": label})  # after= the batch's last item
+        return written, context
+
+    written, context = run(server, transport, token(server, ACME), body)
+    assert not written.isError, text(written)
+    results = written.structuredContent["results"]  # type: ignore[index]
+    assert [(r["index"], r["outcome"]) for r in results] == [(0, "accepted"), (1, "invalid"), (2, "accepted")]
+    assert "content" in results[1]["reason"]
+    shown = text(context)
+    assert f"{label} one" in shown and f"{label} two" in shown  # the session read after its writes
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -33,6 +33,21 @@ def test_calls_ready_together_are_one_batch_and_each_gets_its_own_answer() -> No
     assert batches == [[0, 1, 2, 3, 4], [7]]
 
 
+def test_a_crowd_is_answered_a_bounded_batch_at_a_time() -> None:
+    batches: list[int] = []
+
+    def many(items: Sequence[int]) -> list[int]:
+        batches.append(len(items))
+        return list(items)
+
+    async def main() -> list[int]:
+        together = Together(many, most=4)
+        return await asyncio.gather(*(together(i) for i in range(10)))
+
+    assert asyncio.run(main()) == list(range(10))
+    assert batches == [4, 4, 2]
+
+
 def test_an_error_of_the_batch_is_each_callers() -> None:
     def many(items: Sequence[int]) -> list[int]:
         raise ValueError("no")
