@@ -6,7 +6,8 @@ parts are native calls that release the GIL (the embedding model, AES-GCM, a new
 batch well (one model pass over 16 texts costs a fraction of 16 passes). So a write is decided on
 the loop (authorised and pre-checked, ``commands.appending``) and then only queued here: one task
 takes every write queued when it is free and finishes them in a thread (``Pipeline.finish_many``:
-embedded, keyed, sealed, encoded). None waits for company: a lone write goes at once; a crowd goes as
+embedded, keyed, sealed, encoded; a batch with nothing to embed or seal, numbers and links, is
+encoded on the loop: cheaper than the hop). None waits for company: a lone write goes at once; a crowd goes as
 the batch that formed while the previous one was finishing.
 
 Backpressure, not collapse: what is queued or not yet acknowledged by the log is bounded
@@ -28,6 +29,7 @@ from aiokafka.errors import KafkaTimeoutError
 from engram.commands.answers import LogUnavailable
 from engram.schemas.checks import InvalidEvent
 from engram.schemas.events import Event, Position
+from engram.schemas.sealing import SealablePayload
 from engram.streams.pipeline import Framed, Pipeline, needs_embedding
 from engram.streams.producer import EventProducer
 
@@ -125,7 +127,11 @@ class Intake:
         self, batch: list[tuple[Event | Framed, asyncio.Future[Position]]]
     ) -> None:
         drafts = [item for item, _ in batch if not isinstance(item, Framed)]
-        finished = iter(await asyncio.to_thread(self.pipeline().finish_many, drafts) if drafts else ())
+        finish = self.pipeline().finish_many
+        if any(needs_embedding(d) or isinstance(d.payload, SealablePayload) for d in drafts):
+            finished = iter(await asyncio.to_thread(finish, drafts))
+        else:  # numbers and links: encoding them costs less than the hop to a thread
+            finished = iter(finish(drafts))
         metrics.write_embedded.inc(sum(needs_embedding(d) for d in drafts))
         for item, result in batch:
             done = item if isinstance(item, Framed) else next(finished)

@@ -125,15 +125,21 @@ class Commands(Appender):
         """Many remembers in one call (the bulk route), each answered as it would be alone, in order:
         accepted, or the refusal it got. They are decided side by side against the tenant's memories
         as they stand, not against each other (two of them that conflict are both written and shown
-        as conflicting, as two requests at once would be), and go to the log in the same batches."""
+        as conflicting, as two requests at once would be), and go to the log in the same batches. A
+        memory id two items name is the first one's: the second is refused (409)."""
 
-        async def one(memory: Mapping[str, Any], by: Attribution) -> Accepted | Refused:
+        first: dict[str, int] = {}  # a memory id named by an item: the first item naming it
+
+        async def one(i: int, memory: Mapping[str, Any], by: Attribution) -> Accepted | Refused:
+            named = memory.get("memory_id")
+            if isinstance(named, str) and first.setdefault(named, i) != i:
+                return Conflicting(f"memory id {named} is named by an earlier item of this request")
             try:
                 return await self.remember(tenant, memory, by, wait=wait)
             except Refused as exc:
                 return exc
 
-        return list(await asyncio.gather(*(one(memory, by) for memory, by in memories)))
+        return list(await asyncio.gather(*(one(i, memory, by) for i, (memory, by) in enumerate(memories))))
 
     async def _restate(
         self, event: Event, memory_id: str, *, wait: bool, teams: frozenset[str] | None

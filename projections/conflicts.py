@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from engram.projections.knowledge import Knowledge
 from engram.projections.plan import no_facts, plan
+from engram.projections.rules.engine import RuleEngine
+from engram.projections.rules.program import slice_for
 from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import ASSERTED, GRAPHS, INFERRED, ONTOLOGY, RDF_TYPE, e, memory_iri
 from engram.schemas import payloads as ev
@@ -53,17 +55,41 @@ def keys_of_many(knowledge: Knowledge, events: Sequence[Event]) -> list[Keys]:
             assert isinstance(event.payload, ev.MemoryRemembered)
             (later if event.payload.memory_id in seen else now).append((i, event))
             seen.add(event.payload.memory_id)
+        engine, ontology, reads = _keys_engine(knowledge)
         scratch = Store()
-        scratch.extend(knowledge.ontology.quads(ONTOLOGY))
+        scratch.extend(ontology)
         for _, event in now:
             adds = plan(event, Position(0, 0), no_facts()).adds
-            scratch.extend(q for q in adds if q.graph_name == ASSERTED)
-        knowledge.engine.materialize(scratch, GRAPHS)
+            scratch.extend(
+                q for q in adds if q.graph_name == ASSERTED and (reads is None or q.predicate.value in reads)
+            )
+        engine.materialize(scratch, GRAPHS)
         for i, event in now:
             m = memory_iri(event.payload.memory_id)
             out[i] = (_derived(scratch, m, "conflictKey"), _derived(scratch, m, "stakeholderKey"))
         todo = later
     return [keys for keys in out if keys is not None]
+
+
+KEYS = frozenset({e("conflictKey").value, e("stakeholderKey").value})
+
+
+_ENGINES: dict[str, tuple[RuleEngine, list[Quad], frozenset[str] | None]] = {}  # by knowledge digest
+
+
+def _keys_engine(knowledge: Knowledge) -> tuple[RuleEngine, list[Quad], frozenset[str] | None]:
+    """The rules that derive the two keys (``rules.program.slice_for``: 8 of the 49 today), the
+    ontology's facts they read and the predicates they read (None: any): the pass that derives a
+    new memory's keys skips every other rule, and the scratch store holds nothing they do not read."""
+    found = _ENGINES.get(knowledge.digest)
+    if found is None:
+        part = slice_for(knowledge.engine.program, KEYS)
+        reads = part.reads
+        ontology = [
+            q for q in knowledge.ontology.quads(ONTOLOGY) if reads is None or q.predicate.value in reads
+        ]
+        found = _ENGINES[knowledge.digest] = (RuleEngine(part.program), ontology, reads)
+    return found
 
 
 def _derived(scratch: Store, m: NamedNode, name: str) -> set[str]:

@@ -189,3 +189,64 @@ def check_safe(rule: Rule) -> None:
 
 def _names(vars_: set[str] | frozenset[str]) -> str:
     return ", ".join(f"?{n}" for n in sorted(vars_))
+
+
+def body_atoms(rule: Rule) -> list[Atom]:
+    """Every atom a rule's body reads: its own, and those inside NOT, AGGREGATE and RANK."""
+    out: list[Atom] = []
+    for literal in rule.body:
+        if isinstance(literal, Atom):
+            out.append(literal)
+        elif isinstance(literal, Negation | Aggregate | Rank):
+            out.extend(literal.atoms)
+    return out
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The rules that derive some predicates, and every rule those need: a smaller program that
+    derives the same facts of them (a stratified program's facts of a predicate depend only on the
+    rules its own rules read through, positively or through NOT). ``reads``: the predicates the
+    slice's bodies read (``RDF_TYPE`` among them when a body asks for a class), so a store holding
+    only facts of those gives the same answers; None: any predicate."""
+
+    program: Program
+    reads: frozenset[str] | None
+
+
+def slice_for(program: Program, wanted: frozenset[str]) -> Slice:
+    """The :class:`Slice` of ``program`` that derives the predicates ``wanted`` (IRIs). A body atom
+    ``[?x, a, :C]`` needs the rules concluding ``a :C`` or ``a ?class``; a variable predicate, in a
+    head or a body, needs every rule (the whole program is the slice)."""
+    preds, classes, any_class = set(wanted), set[str](), False
+    chosen: set[int] = set()
+
+    def concludes_needed(head: Atom) -> bool:
+        if not isinstance(head.p, NamedNode):
+            return True
+        if head.p.value != RDF_TYPE:
+            return head.p.value in preds
+        if not isinstance(head.o, NamedNode):  # ``a ?class``: any class a body asks for
+            return any_class or bool(classes)
+        return any_class or head.o.value in classes
+
+    grew = True
+    while grew:
+        grew = False
+        for i, rule in enumerate(program.rules):
+            if i in chosen or not any(concludes_needed(h) for h in rule.heads):
+                continue
+            chosen.add(i)
+            grew = True
+            for atom in body_atoms(rule):
+                if not isinstance(atom.p, NamedNode):
+                    return Slice(program, None)  # reads any predicate: nothing to leave out
+                if atom.p.value != RDF_TYPE:
+                    preds.add(atom.p.value)
+                elif isinstance(atom.o, NamedNode):
+                    classes.add(atom.o.value)
+                else:
+                    any_class = True
+    rules = [rule for i, rule in enumerate(program.rules) if i in chosen]
+    reads = {a.p.value for r in rules for a in body_atoms(r) if isinstance(a.p, NamedNode)}
+    return Slice(Program(rules, dict(program.prefixes)), frozenset(reads))

@@ -130,6 +130,34 @@ def test_the_bulk_route_answers_each_item_in_order_and_a_retry_writes_nothing_ne
     assert labels == ["bulk one", "bulk three", "bulk two", "taken"]
 
 
+def test_hostile_items_are_each_answered_and_write_nothing(server: Server) -> None:
+    tenant = "intake-hostile"
+    url = f"{server.url}/v1/tenants/{tenant}/memories:batch"
+    items: list[dict[str, Any]] = [
+        {},
+        {**memory("typed wrong"), "label": 5},
+        {**memory("unknown field"), "colour": "red"},
+        {**memory("bad id"), "memory_id": "not an id!"},
+        {**memory("too long"), "label": "x" * 100_000},
+        {**memory("bad class"), "memory_class": "NoSuchClass"},
+        {**memory("nan"), "confidence": "NaN"},
+        {**memory("twice"), "memory_id": "m-twice"},
+        {**memory("twice again"), "memory_id": "m-twice"},
+        {**memory("a rival's scope"), "scope": "user"},
+    ]
+    r = server.http.post(url, params={"wait": "true"}, json={"memories": items})
+    assert r.status_code == 200, r.text
+    got = [(a["index"], a["status"]) for a in r.json()["results"]]
+    assert got == [(i, 422) for i in range(7)] + [(7, 202), (8, 409), (9, 422)], r.json()
+    assert all(a["reason"] for a in r.json()["results"] if a["status"] != 202)
+    listed = server.http.get(f"{server.url}/v1/tenants/{tenant}/memories").json()
+    assert [m["label"] for m in listed["data"]] == ["twice"]
+    for body in ({"memories": [1, "x"]}, {"memories": {"a": 1}}, {"memories": None}, [memory("a list")]):
+        r = server.http.post(url, json=body)
+        assert r.status_code == 422, r.text  # the request itself is not a batch: refused whole
+    assert server.http.get(f"{server.url}/v1/tenants/{tenant}/memories").json()["count"] == 1
+
+
 def test_a_bulk_request_over_1000_items_is_refused_whole(server: Server) -> None:
     url = f"{server.url}/v1/tenants/intake-too-many/memories:batch"
     r = server.http.post(url, json={"memories": [memory(f"m{i}") for i in range(1001)]})
