@@ -244,3 +244,32 @@ def test_an_agent_writes_for_the_user_its_token_names() -> None:
     assert api.post(MEMORIES, json=SAMS, headers=drafter).status_code == 503  # every check passed
     denied = api.post(MEMORIES, json=ANNS, headers=drafter)
     assert denied.status_code == 403 and "by its user (ann)" in denied.json()["detail"][0]["msg"]
+
+
+def test_a_token_checked_before_is_refused_once_it_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claims of a token checked once are kept, never past its expiry."""
+    settings = load_settings(auth_secret=SECRET)
+    verifier = Verifier(settings)
+    token = mint(settings, "acme", role="operator", user="dana", ttl_s=60)
+    assert verifier.verify(token).tenant == "acme"
+    assert verifier.verify(token).tenant == "acme"  # from what was kept
+    later = time.time() + 61
+    monkeypatch.setattr("engram.api.auth.time.time", lambda: later)
+    monkeypatch.setattr("jwt.api_jwt.datetime", _Clock(later))
+    with pytest.raises(BadToken, match="expired"):
+        verifier.verify(token)
+    tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    with pytest.raises(BadToken):  # another token's bytes are checked, never answered from the kept
+        verifier.verify(tampered)
+
+
+class _Clock:
+    """``datetime`` for PyJWT at a fixed moment (it reads ``datetime.now(tz=timezone.utc)``)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def now(self, tz: Any = None) -> Any:
+        import datetime
+
+        return datetime.datetime.fromtimestamp(self.at, tz=tz)
