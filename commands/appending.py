@@ -43,8 +43,9 @@ from engram.streams.projector import reindexes
 
 log = logging.getLogger(__name__)
 
-# the log may leave a record unacknowledged this long before new writes are refused at once: past
-# the produce latency of a broker under load (tens of ms), well short of a broker gone
+# the log may leave a record unacknowledged this long (at most half ENGRAM_WRITE_TIMEOUT_S) before
+# new writes are refused at once: past the produce latency of a broker under load (tens of ms),
+# well short of a broker gone
 STALLED_S = 3.0
 
 
@@ -64,8 +65,10 @@ class Appender:
     _on_the_way: dict[str, asyncio.Future[Position]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        timeout = self.producer.write_timeout_s  # a write's 503 comes no later than this
-        stalled = min(STALLED_S, timeout) if timeout is not None else STALLED_S
+        # half a write's timeout: the writes after one that timed out (its record handed over a
+        # moment after it was submitted) are refused at once, not held for a timeout of their own
+        timeout = self.producer.write_timeout_s
+        stalled = min(STALLED_S, timeout / 2) if timeout is not None else STALLED_S
         self.intake = Intake(lambda: self.pipeline, self.producer, limit=self.queue_limit, stalled_s=stalled)
 
     @property
