@@ -94,7 +94,8 @@ class Intake:
                 f"{self.pending} writes are waiting for the log (ENGRAM_WRITE_QUEUE={self.limit}); "
                 f"nothing of this one was written: retry after {BUSY_RETRY_S}s"
             )
-        since = min([*self._unacked.values(), self._handing_since or float("inf")])
+        oldest = next(iter(self._unacked.values()), float("inf"))  # handed over in order: the first
+        since = min(oldest, self._handing_since or float("inf"))
         stalled = time.monotonic() - since
         if stalled > self.stalled_s:
             raise LogUnavailable(
