@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -275,8 +276,11 @@ def main() -> None:
     ap.add_argument("--png", type=Path, default=OUT / "soak.png")
     args = ap.parse_args()
     result = summarise(args, soak(args))
-    plot(result, args.png)
-    print(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1), flush=True)  # first: the figures never wait on the plot
+    try:
+        plot(result, args.png)
+    except ImportError as exc:  # matplotlib is not a dependency: the plot is extra
+        print(f"no plot ({exc}): pip install matplotlib for {args.png}", file=sys.stderr)
 
 
 if __name__ == "__main__":
