@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 # new writes are refused at once: past the produce latency of a broker under load (tens of ms),
 # well short of a broker gone
 STALLED_S = 3.0
+LANDED_KEPT = 10_000  # positions of this process's newest appended events, for retries before applied
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Appender:
     # writes handed to the intake and not yet acknowledged by the log, by event id: a retry of one
     # waits for it instead of appending a second record
     _on_the_way: dict[str, asyncio.Future[Position]] = field(init=False, default_factory=dict)
+    _landed: dict[str, Position] = field(init=False, default_factory=dict)  # the newest, by event id
 
     def __post_init__(self) -> None:
         # half a write's timeout: the writes after one that timed out (its record handed over a
@@ -146,6 +148,10 @@ class Appender:
         def arrived(done: asyncio.Future[Position]) -> None:
             if self._on_the_way.get(event_id) is done:
                 del self._on_the_way[event_id]
+            if not done.cancelled() and done.exception() is None:
+                self._landed[event_id] = done.result()  # until applied, a retry waits for it there
+                while len(self._landed) > LANDED_KEPT:
+                    self._landed.pop(next(iter(self._landed)))
 
         position.add_done_callback(arrived)
         timeout = self.producer.write_timeout_s
@@ -158,24 +164,34 @@ class Appender:
             ) from exc
 
     async def settle_earlier(self, event: Event) -> None:
-        """A retry of a write this process is still appending (its first answer timed out, the
-        record still in the producer's buffer) waits for that one and for it to be applied, so it
-        is answered as the original, not appended twice; still on its way after ``wait_timeout_s``:
-        refused (503), nothing appended."""
+        """A retry of a write this process appended, or is still appending (its first answer timed
+        out, the record still in the producer's buffer), waits for that record and for it to be
+        applied, so it is answered as the original, never appended twice; still on its way, or in
+        the log but not applied, after ``wait_timeout_s``: refused (503), nothing appended."""
         earlier = self._on_the_way.get(event.event_id)
-        if earlier is None:
+        if earlier is not None:
+            try:
+                async with asyncio.timeout(self.wait_timeout_s):
+                    pos = await asyncio.shield(earlier)
+            except TimeoutError as exc:
+                raise LogUnavailable(
+                    f"event {event.event_id} is still on its way to the log from an earlier request; "
+                    "nothing more was appended: retry later with the same Idempotency-Key"
+                ) from exc
+            except Exception:  # the earlier attempt failed: this one is decided afresh
+                return
+        elif (landed := self._landed.get(event.event_id)) is not None:
+            pos = landed
+        else:
             return
-        try:
-            async with asyncio.timeout(self.wait_timeout_s):
-                pos = await asyncio.shield(earlier)
-        except TimeoutError as exc:
+        if self.progress.last_offset.get(pos.partition, -1) >= pos.offset:
+            return  # applied: decided as a retry of an applied event
+        if await self.progress.wait_for(pos.partition, pos.offset, self.wait_timeout_s) is None:
             raise LogUnavailable(
-                f"event {event.event_id} is still on its way to the log from an earlier request; "
-                "nothing more was appended: retry later with the same Idempotency-Key"
-            ) from exc
-        except Exception:  # the earlier attempt failed: this one is decided afresh
-            return
-        await self.progress.wait_for(pos.partition, pos.offset, self.wait_timeout_s)
+                f"event {event.event_id} is in the log at {pos.partition}:{pos.offset} from an earlier "
+                "request and not applied yet; nothing more was appended: retry later with the same "
+                "Idempotency-Key"
+            )
 
     async def finished(self, event: Event) -> Framed:
         """One draft embedded, sealed and encoded off the event loop (a retry's, decided as bytes)."""

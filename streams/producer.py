@@ -5,6 +5,7 @@ good ones."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -67,7 +68,23 @@ class EventProducer:
         await self._producer.start()
 
     async def stop(self) -> None:
-        await self._producer.stop()
+        """Flush and close. With a write timeout, stop waiting for the log after it: with the broker
+        gone, the records still in the producer were answered 503 ("not confirmed, may still be
+        appended") and would hold the process's stop (SIGTERM) until the broker returned."""
+        if self.write_timeout_s is None:
+            await self._producer.stop()
+            return
+        try:
+            async with asyncio.timeout(self.write_timeout_s):
+                await self._producer.stop()
+        except TimeoutError:
+            log.warning(
+                "stopped without the log's acknowledgement of the records still in the producer (no "
+                "answer from the broker in %gs); their writes were answered 503, not confirmed",
+                self.write_timeout_s,
+            )
+            with contextlib.suppress(Exception):
+                await self._producer.client.close()
 
     async def __aenter__(self) -> EventProducer:
         await self.start()

@@ -153,9 +153,16 @@ class Server:
         raise TimeoutError(f"not ready in {timeout}s: {last}; log: {self.log_path.read_text()[-3000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the server and wait for it; one that outlives a minute is killed (never left
+        running after its test), and the timeout raised."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=60)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+                raise
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
