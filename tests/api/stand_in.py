@@ -23,9 +23,6 @@ class NoLog:
 
     write_timeout_s = 1.0
 
-    async def send(self, event: Any) -> Any:
-        raise KafkaConnectionError("no broker in the edge tests")
-
     async def enqueue(self, event: Any) -> Any:
         raise KafkaConnectionError("no broker in the edge tests")
 
