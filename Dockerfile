@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The engram image: wheels built with compilers in the build stage (hnswlib publishes no binary
-# wheel), installed into a slim runtime with no compiler, run as a non-root user, the default
+# wheel; engram's compiled core is Rust), installed into a slim runtime with no compiler, run as a non-root user, the default
 # embedder's weights and its int8 graph baked in (no network at run time).
 # Every RUN and COPY below is a step of scripts/image_build.py, word for word, and CI runs that
 # script without Docker (tests/engram/test_wheel.py checks the two agree). Build with BuildKit
@@ -8,9 +8,12 @@
 
 FROM python:3.11-slim AS build
 ENV SRC=/src WHEELS=/wheels PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*
+# the compiler (hnswlib) and the Rust toolchain (the compiled core, core/): the build stage's only
+RUN apt-get update && apt-get install -y --no-install-recommends g++ curl ca-certificates && rm -rf /var/lib/apt/lists/* && curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain 1.95.0
+ENV PATH=/root/.cargo/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY core core
 COPY engram engram
 COPY schemas schemas
 COPY streams streams

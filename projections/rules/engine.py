@@ -88,6 +88,11 @@ class RuleEngine(Incremental, Ranking, Explaining):
         self._producers = {p: tuple(sorted(levels | anywhere)) for p, levels in producers.items()}
         self._producers_anywhere = tuple(sorted(anywhere))
 
+    def reasoner(self) -> RuleEngine:
+        """What a tenant's graph reasons with: this engine itself, which keeps no state of its own
+        (the core's engine keeps one per graph, ``core.CoreReasoner``)."""
+        return self
+
     def _producing(self, fact: Fact) -> tuple[int, ...]:
         """The strata (levels, lowest first) with a head that may produce ``fact``."""
         return self._producers.get(fact.predicate.value, self._producers_anywhere)

@@ -80,6 +80,8 @@ def test_the_wheel_holds_one_name_every_module_and_data_file_and_no_test_helper(
     assert modules - wanted == set()
     assert not {n for n in names for helper in HELPERS if n.startswith(helper)}
     assert not {n for n in names if n.split("/")[1:2] in (["tests"], ["bench"])}
+    # the compiled core, built for CPython 3.11 and later (abi3)
+    assert "engram/_core.abi3.so" in names
 
 
 @pytest.fixture(scope="module")

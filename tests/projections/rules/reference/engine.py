@@ -231,6 +231,9 @@ class RuleEngine(Incremental, Ranking, Explaining):
         return sparql.project(keys, aggregate.group) if len(seeds) > SEED_CHUNK else keys
 
     # -- from scratch ---------------------------------------------------------------------
+    def reasoner(self) -> RuleEngine:
+        return self  # stateless, as the engine it was
+
     def materialize(self, store: Store, graphs: Graphs) -> int:
         """Recompute every inferred fact into ``graphs.inferred`` from the base facts alone."""
         started = time.monotonic()

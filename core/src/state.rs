@@ -1,0 +1,754 @@
+//! One tenant's facts and what the rules derive from them, kept current as facts change.
+//!
+//! Non-recursive rules keep a count of derivations per derived fact; a change's effect is the
+//! classic delta of a join (for body literal i: the literals before i as they are now, literal i's
+//! change, the literals after i as they were), so an update costs the derivations it touches,
+//! never the store. NOT is a literal whose change is a change of its atoms' existence for the
+//! bindings those atoms touch. A recursive group is recomputed whole when what it reads changes
+//! (the shipped program's only one is the ontology's subclass closure). A RANK keeps its body's
+//! solutions in key order and derives the first LIMIT items; the difference is applied.
+
+use crate::expr::{Eval, Val};
+use crate::index::{Fact, Index};
+use crate::program::{body_atoms, Atom, Lit, Program, Rule, Unit, T};
+use crate::terms::{Key, Terms, Value, BLANK, IRI, LITERAL, NONE};
+use oxsdatatypes::Integer;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, PartialEq)]
+enum When {
+    Now,
+    Before,
+}
+
+const ALL: usize = usize::MAX;
+
+#[derive(Clone, Debug)]
+enum SortKey {
+    Unbound,
+    Blank(Box<str>),
+    Iri(Box<str>),
+    Literal(Value, Box<str>),
+}
+
+#[derive(Clone, Debug)]
+struct Keyed(SortKey, bool);
+
+fn kind_rank(k: &SortKey) -> u8 {
+    match k {
+        SortKey::Unbound => 0,
+        SortKey::Blank(_) => 1,
+        SortKey::Iri(_) => 2,
+        SortKey::Literal(..) => 3,
+    }
+}
+
+fn cmp_key(a: &SortKey, b: &SortKey) -> Ordering {
+    match (a, b) {
+        (SortKey::Blank(x), SortKey::Blank(y)) | (SortKey::Iri(x), SortKey::Iri(y)) => x.cmp(y),
+        (SortKey::Literal(x, lx), SortKey::Literal(y, ly)) => {
+            let by_value = match (x, y) {
+                (Value::Str(p), Value::Str(q)) => Some(p.cmp(q)),
+                (Value::DateTime(p), Value::DateTime(q)) => p.partial_cmp(q),
+                (Value::Date(p), Value::Date(q)) => p.partial_cmp(q),
+                (Value::Bool(p), Value::Bool(q)) => Some(p.cmp(q)),
+                _ if crate::expr::is_numeric(x) && crate::expr::is_numeric(y) => crate::expr::numeric_cmp(x, y),
+                _ => None,
+            };
+            by_value.filter(|o| *o != Ordering::Equal).unwrap_or_else(|| lx.cmp(ly))
+        }
+        _ => kind_rank(a).cmp(&kind_rank(b)),
+    }
+}
+
+impl PartialEq for Keyed {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Keyed {}
+impl PartialOrd for Keyed {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Keyed {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let o = cmp_key(&self.0, &other.0);
+        if self.1 {
+            o.reverse()
+        } else {
+            o
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Row {
+    keys: Vec<Keyed>,
+    sol: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Ranked {
+    solutions: FxHashMap<Vec<u32>, i32>,
+    sorted: BTreeSet<Row>,
+    top: Vec<Fact>,
+}
+
+pub struct State {
+    prog: Arc<Program>,
+    pub terms: RefCell<Terms>,
+    consts: Vec<u32>,
+    idx: Index, // every fact that holds: base and derived
+    base: FxHashSet<Fact>,
+    derived: FxHashMap<Fact, i32>,
+    ranked: FxHashMap<usize, Ranked>,
+    recursive: FxHashMap<usize, FxHashSet<Fact>>,
+    // during an update: what holds now and did not before (plus), and the reverse (minus)
+    plus: Index,
+    plus_set: FxHashSet<Fact>,
+    minus: Index,
+    minus_set: FxHashSet<Fact>,
+    touched: FxHashMap<Fact, bool>, // fact -> whether it was inferred before the update
+}
+
+fn bits(mut m: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        Some(i)
+    })
+}
+
+fn all_lits(r: &Rule) -> u64 {
+    if r.lits.len() == 64 {
+        u64::MAX
+    } else {
+        (1u64 << r.lits.len()) - 1
+    }
+}
+
+fn bound_mask(b: &[u32]) -> u64 {
+    b.iter().enumerate().fold(0, |m, (i, &v)| if v != NONE { m | (1 << i) } else { m })
+}
+
+impl State {
+    pub fn new(prog: Arc<Program>) -> State {
+        let mut terms = Terms::default();
+        let consts = prog.consts.iter().map(|(k, v, d, l)| terms.intern(*k, v, d, l)).collect();
+        State {
+            prog,
+            terms: RefCell::new(terms),
+            consts,
+            idx: Index::default(),
+            base: FxHashSet::default(),
+            derived: FxHashMap::default(),
+            ranked: FxHashMap::default(),
+            recursive: FxHashMap::default(),
+            plus: Index::default(),
+            plus_set: FxHashSet::default(),
+            minus: Index::default(),
+            minus_set: FxHashSet::default(),
+            touched: FxHashMap::default(),
+        }
+    }
+
+    pub fn intern(&self, k: &Key) -> u32 {
+        self.terms.borrow_mut().intern(k.0, &k.1, &k.2, &k.3)
+    }
+
+    pub fn key(&self, id: u32) -> Key {
+        let terms = self.terms.borrow();
+        let (k, v, d, l) = terms.key(id);
+        (k, v.to_owned(), d.to_owned(), l.to_owned())
+    }
+
+    fn c(&self, t: T, b: &[u32]) -> Option<u32> {
+        match t {
+            T::C(c) => Some(self.consts[c as usize]),
+            T::V(v) => b.get(v).copied().filter(|&x| x != NONE),
+        }
+    }
+
+    // -- facts ---------------------------------------------------------------------------------
+    fn is_inferred(&self, f: &Fact) -> bool {
+        self.derived.get(f).is_some_and(|&c| c > 0) && !self.base.contains(f)
+    }
+
+    fn touch(&mut self, f: Fact) {
+        if !self.touched.contains_key(&f) {
+            let was = self.is_inferred(&f);
+            self.touched.insert(f, was);
+        }
+    }
+
+    fn set_visible(&mut self, f: Fact, visible: bool) {
+        if visible {
+            self.idx.insert(f);
+            if self.minus_set.remove(&f) {
+                self.minus.remove(f);
+            } else {
+                self.plus_set.insert(f);
+                self.plus.insert(f);
+            }
+        } else {
+            self.idx.remove(f);
+            if self.plus_set.remove(&f) {
+                self.plus.remove(f);
+            } else {
+                self.minus_set.insert(f);
+                self.minus.insert(f);
+            }
+        }
+    }
+
+    fn adjust(&mut self, f: Fact, d: i32) {
+        if d == 0 {
+            return;
+        }
+        self.touch(f);
+        let before = self.derived.get(&f).copied().unwrap_or(0);
+        let after = before + d;
+        assert!(after >= 0, "derivation count below zero for {f:?}: a bug in the core's deltas");
+        if after == 0 {
+            self.derived.remove(&f);
+        } else {
+            self.derived.insert(f, after);
+        }
+        if !self.base.contains(&f) && (before > 0) != (after > 0) {
+            self.set_visible(f, after > 0);
+        }
+    }
+
+    fn begin(&mut self) {
+        self.plus.clear();
+        self.plus_set.clear();
+        self.minus.clear();
+        self.minus_set.clear();
+        self.touched.clear();
+    }
+
+    /// Base facts, before `materialize`: nothing is derived from them yet.
+    pub fn load(&mut self, facts: &[Fact]) {
+        for &f in facts {
+            if self.base.insert(f) {
+                self.idx.insert(f);
+            }
+        }
+    }
+
+    // -- matching --------------------------------------------------------------------------------
+    fn scan(&self, when: When, s: Option<u32>, p: Option<u32>, o: Option<u32>, f: &mut dyn FnMut(Fact) -> bool) -> bool {
+        match when {
+            When::Now => self.idx.scan(s, p, o, f),
+            When::Before => {
+                self.idx.scan(s, p, o, &mut |fact| self.plus_set.contains(&fact) || f(fact))
+                    && self.minus.scan(s, p, o, f)
+            }
+        }
+    }
+
+    /// Binds `atom`'s unbound variables from `fact`; false if a repeated variable disagrees.
+    fn unify(&self, atom: &Atom, fact: Fact, b: &mut [u32], set: &mut Vec<usize>) -> bool {
+        for (t, x) in atom.t.iter().zip(fact) {
+            match *t {
+                T::C(c) => {
+                    if self.consts[c as usize] != x {
+                        return false;
+                    }
+                }
+                T::V(v) => {
+                    if b[v] == NONE {
+                        b[v] = x;
+                        set.push(v);
+                    } else if b[v] != x {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn score(&self, atom: &Atom, bound: u64) -> i32 {
+        let mut score = 0;
+        for (t, if_bound, if_const) in [(atom.t[0], 16, 12), (atom.t[2], 6, 3), (atom.t[1], 1, 1)] {
+            score += match t {
+                T::V(v) if bound & (1 << v) != 0 => if_bound,
+                T::V(_) => 0,
+                T::C(_) => if_const,
+            };
+        }
+        score * 8 - (atom.vars & !bound).count_ones() as i32
+    }
+
+    /// Solutions of `atoms` (less those not in `todo`) extending `b`, until `f` returns false.
+    fn join(&self, atoms: &[Atom], todo: u64, b: &mut Vec<u32>, when: When, f: &mut dyn FnMut(&[u32]) -> bool) -> bool {
+        if todo == 0 {
+            return f(b);
+        }
+        let bound = bound_mask(b);
+        let j = bits(todo).max_by_key(|&j| self.score(&atoms[j], bound)).unwrap();
+        let atom = &atoms[j];
+        let (s, p, o) = (self.c(atom.t[0], b), self.c(atom.t[1], b), self.c(atom.t[2], b));
+        let rest = todo & !(1 << j);
+        self.scan(when, s, p, o, &mut |fact| {
+            let mut set = Vec::new();
+            let go = if self.unify(atom, fact, b, &mut set) { self.join(atoms, rest, b, when, f) } else { true };
+            for v in set {
+                b[v] = NONE;
+            }
+            go
+        })
+    }
+
+    fn exists(&self, atoms: &[Atom], locals: u64, b: &[u32], when: When) -> bool {
+        let mut inner: Vec<u32> = b.to_vec();
+        for v in bits(locals) {
+            inner[v] = NONE;
+        }
+        let todo = if atoms.len() == 64 { u64::MAX } else { (1u64 << atoms.len()) - 1 };
+        !self.join(atoms, todo, &mut inner, when, &mut |_| false)
+    }
+
+    fn eval_ok(&self, e: &crate::expr::Expr, b: &[u32]) -> bool {
+        let terms = self.terms.borrow();
+        Eval { terms: &terms, binding: b }.ebv(e) == Some(true)
+    }
+
+    fn eval_term(&self, e: &crate::expr::Expr, b: &[u32]) -> u32 {
+        let out = {
+            let terms = self.terms.borrow();
+            Eval { terms: &terms, binding: b }.eval(e)
+        };
+        match out {
+            Some(Val::Term(id)) => id,
+            Some(Val::Lit(v)) => self.terms.borrow_mut().literal(&v).unwrap_or(NONE),
+            None => NONE,
+        }
+    }
+
+    /// The rule's body solutions extending `b` over the literals in `todo`; literal j is read as
+    /// it is now when j < `pivot`, as it was before the update when j > `pivot` (ALL: all now).
+    fn solve(&self, r: &Rule, todo: u64, b: &mut Vec<u32>, pivot: usize, emit: &mut dyn FnMut(&[u32])) {
+        if todo == 0 {
+            emit(b);
+            return;
+        }
+        let when = |j: usize| if j < pivot { When::Now } else { When::Before };
+        let bound = bound_mask(b);
+        let mut best: Option<(i32, usize)> = None;
+        for j in bits(todo) {
+            let rest = todo & !(1 << j);
+            match &r.lits[j] {
+                Lit::Filter { e, vars } if vars & !bound == 0 => {
+                    if self.eval_ok(e, b) {
+                        self.solve(r, rest, b, pivot, emit);
+                    }
+                    return;
+                }
+                Lit::Bind { e, var, vars } if vars & !bound == 0 => {
+                    b[*var] = self.eval_term(e, b);
+                    self.solve(r, rest, b, pivot, emit);
+                    b[*var] = NONE;
+                    return;
+                }
+                Lit::Neg { atoms, locals, outer } if outer & !bound == 0 => {
+                    if !self.exists(atoms, *locals, b, when(j)) {
+                        self.solve(r, rest, b, pivot, emit);
+                    }
+                    return;
+                }
+                Lit::Atom(a) => {
+                    let score = self.score(a, bound);
+                    if best.is_none_or(|(s, _)| score > s) {
+                        best = Some((score, j));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((_, j)) = best {
+            let Lit::Atom(atom) = &r.lits[j] else { unreachable!() };
+            let (s, p, o) = (self.c(atom.t[0], b), self.c(atom.t[1], b), self.c(atom.t[2], b));
+            let rest = todo & !(1 << j);
+            self.scan(when(j), s, p, o, &mut |fact| {
+                let mut set = Vec::new();
+                if self.unify(atom, fact, b, &mut set) {
+                    self.solve(r, rest, b, pivot, emit);
+                }
+                for v in set {
+                    b[v] = NONE;
+                }
+                true
+            });
+            return;
+        }
+        // what is left reads a variable nothing binds: a FILTER is an error (false), a BIND leaves
+        // its variable unbound, a NOT leaves it free
+        let j = bits(todo).next().unwrap();
+        let rest = todo & !(1 << j);
+        match &r.lits[j] {
+            Lit::Filter { .. } => {}
+            Lit::Bind { var, .. } => {
+                b[*var] = NONE;
+                self.solve(r, rest, b, pivot, emit);
+            }
+            Lit::Neg { atoms, locals, .. } => {
+                if !self.exists(atoms, *locals, b, when(j)) {
+                    self.solve(r, rest, b, pivot, emit);
+                }
+            }
+            Lit::Atom(_) => unreachable!(),
+        }
+    }
+
+    /// Each change of the rule's body solutions the update made, with its sign.
+    fn delta(&self, r: &Rule, emit: &mut dyn FnMut(&[u32], i32)) {
+        let all = all_lits(r);
+        for (i, lit) in r.lits.iter().enumerate() {
+            let rest = all & !(1 << i);
+            match lit {
+                Lit::Atom(a) => {
+                    for (changes, sign) in [(&self.plus, 1), (&self.minus, -1)] {
+                        let (s, p, o) = (self.c(a.t[0], &[]), self.c(a.t[1], &[]), self.c(a.t[2], &[]));
+                        let mut found = Vec::new();
+                        changes.scan(s, p, o, &mut |fact| {
+                            found.push(fact);
+                            true
+                        });
+                        for fact in found {
+                            let mut b = vec![NONE; r.nvars];
+                            if self.unify(a, fact, &mut b, &mut Vec::new()) {
+                                self.solve(r, rest, &mut b, i, &mut |sol| emit(sol, sign));
+                            }
+                        }
+                    }
+                }
+                Lit::Neg { atoms, locals, outer } => {
+                    let mut affected: FxHashSet<Vec<u32>> = FxHashSet::default();
+                    let every = if atoms.len() == 64 { u64::MAX } else { (1u64 << atoms.len()) - 1 };
+                    for (k, a) in atoms.iter().enumerate() {
+                        for changes in [&self.plus, &self.minus] {
+                            let (s, p, o) = (self.c(a.t[0], &[]), self.c(a.t[1], &[]), self.c(a.t[2], &[]));
+                            let mut found = Vec::new();
+                            changes.scan(s, p, o, &mut |fact| {
+                                found.push(fact);
+                                true
+                            });
+                            for fact in found {
+                                let mut b = vec![NONE; r.nvars];
+                                if !self.unify(a, fact, &mut b, &mut Vec::new()) {
+                                    continue;
+                                }
+                                for when in [When::Now, When::Before] {
+                                    self.join(atoms, every & !(1 << k), &mut b, when, &mut |sol| {
+                                        let mut key = vec![NONE; r.nvars];
+                                        for v in bits(*outer) {
+                                            key[v] = sol[v];
+                                        }
+                                        affected.insert(key);
+                                        true
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    for key in affected {
+                        let before = self.exists(atoms, *locals, &key, When::Before);
+                        let now = self.exists(atoms, *locals, &key, When::Now);
+                        if before != now {
+                            let sign = if now { -1 } else { 1 };
+                            let mut b = key;
+                            self.solve(r, rest, &mut b, i, &mut |sol| emit(sol, sign));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn instantiate(&self, heads: &[Atom], b: &[u32], out: &mut dyn FnMut(Fact)) {
+        let terms = self.terms.borrow();
+        for h in heads {
+            let (Some(s), Some(p), Some(o)) = (self.c(h.t[0], b), self.c(h.t[1], b), self.c(h.t[2], b)) else {
+                continue;
+            };
+            if terms.kind(s) == LITERAL || terms.kind(p) != IRI {
+                continue; // a BIND produced something that cannot stand there
+            }
+            out([s, p, o]);
+        }
+    }
+
+    fn reads_changes(&self, r: &Rule) -> bool {
+        body_atoms(r).any(|a| match self.c(a.t[1], &[]) {
+            Some(p) => self.plus.has_predicate(p) || self.minus.has_predicate(p),
+            None => self.plus.len() + self.minus.len() > 0,
+        })
+    }
+
+    // -- units -------------------------------------------------------------------------------------
+    fn counted(&mut self, ri: usize, full: bool) {
+        let prog = self.prog.clone();
+        let r = &prog.rules[ri];
+        let mut counts: FxHashMap<Fact, i32> = FxHashMap::default();
+        {
+            let mut add = |sol: &[u32], sign: i32| {
+                self.instantiate(&r.heads, sol, &mut |f| *counts.entry(f).or_insert(0) += sign);
+            };
+            if full {
+                self.solve(r, all_lits(r), &mut vec![NONE; r.nvars], ALL, &mut |sol| add(sol, 1));
+            } else {
+                self.delta(r, &mut add);
+            }
+        }
+        for (f, d) in counts {
+            self.adjust(f, d);
+        }
+    }
+
+    fn row(&self, r: &Rule, sol: &[u32]) -> Row {
+        let spec = r.rank.as_ref().unwrap();
+        let terms = self.terms.borrow();
+        let key_of = |val: Option<Val>| -> SortKey {
+            match val {
+                None => SortKey::Unbound,
+                Some(Val::Term(id)) => term_key(&terms, id),
+                Some(Val::Lit(v)) => {
+                    let lex = crate::expr::lexical(&v).map(|l| l.0).unwrap_or_default();
+                    SortKey::Literal(v, lex.into())
+                }
+            }
+        };
+        let eval = Eval { terms: &terms, binding: sol };
+        let mut keys: Vec<Keyed> = spec.keys.iter().map(|(e, desc)| Keyed(key_of(eval.eval(e)), *desc)).collect();
+        // then STR(?item) and the limit, as the reference's ORDER BY: a total order
+        let item = sol[spec.item];
+        let text = if item == NONE { String::new() } else { terms.get(item).value.to_string() };
+        keys.push(Keyed(SortKey::Literal(Value::Str(text.clone()), text.into()), false));
+        let limit = sol[spec.limit];
+        keys.push(Keyed(if limit == NONE { SortKey::Unbound } else { term_key(&terms, limit) }, false));
+        Row { keys, sol: sol.to_vec() }
+    }
+
+    fn ranked_unit(&mut self, ri: usize, full: bool) {
+        let prog = self.prog.clone();
+        let r = &prog.rules[ri];
+        let spec = r.rank.as_ref().unwrap();
+        let mut changes: FxHashMap<Vec<u32>, i32> = FxHashMap::default();
+        if full {
+            self.solve(r, all_lits(r), &mut vec![NONE; r.nvars], ALL, &mut |sol| {
+                *changes.entry(sol.to_vec()).or_insert(0) += 1;
+            });
+        } else {
+            self.delta(r, &mut |sol, sign| *changes.entry(sol.to_vec()).or_insert(0) += sign);
+        }
+        let mut state = self.ranked.remove(&ri).unwrap_or_default();
+        let mut moved = full;
+        for (sol, d) in changes {
+            if d == 0 {
+                continue;
+            }
+            let count = state.solutions.entry(sol.clone()).or_insert(0);
+            let before = *count;
+            *count += d;
+            let after = *count;
+            assert!(after >= 0, "{}: RANK solution count below zero", r.source);
+            if after == 0 {
+                state.solutions.remove(&sol);
+            }
+            if (before > 0) != (after > 0) {
+                moved = true;
+                let row = self.row(r, &sol);
+                if after > 0 {
+                    state.sorted.insert(row);
+                } else {
+                    state.sorted.remove(&row);
+                }
+            }
+        }
+        if moved {
+            let mut top = Vec::new();
+            let mut seen: FxHashSet<u32> = FxHashSet::default();
+            let mut position: i64 = 0;
+            for row in &state.sorted {
+                let item = row.sol[spec.item];
+                if seen.contains(&item) {
+                    continue;
+                }
+                if position >= self.count_of(row.sol[spec.limit]) {
+                    break;
+                }
+                position += 1;
+                seen.insert(item);
+                let mut b = row.sol.clone();
+                b[spec.var] = self.terms.borrow_mut().literal(&Value::Int(Integer::from(position))).unwrap();
+                self.instantiate(&r.heads, &b, &mut |f| top.push(f));
+            }
+            let old: FxHashSet<Fact> = state.top.iter().copied().collect();
+            let new: FxHashSet<Fact> = top.iter().copied().collect();
+            for &f in old.difference(&new) {
+                self.adjust(f, -1);
+            }
+            for &f in new.difference(&old) {
+                self.adjust(f, 1);
+            }
+            state.top = new.into_iter().collect();
+        }
+        self.ranked.insert(ri, state);
+    }
+
+    /// A RANK's limit as a number of positions: none when it is not a number (as the reference).
+    fn count_of(&self, id: u32) -> i64 {
+        if id == NONE {
+            return 0;
+        }
+        let terms = self.terms.borrow();
+        if terms.kind(id) != LITERAL {
+            return 0;
+        }
+        match terms.get(id).value.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() => x.max(0.0).trunc() as i64,
+            _ => 0,
+        }
+    }
+
+    fn recursive_unit(&mut self, u: usize, rules: &[usize]) {
+        let prog = self.prog.clone();
+        let old = self.recursive.remove(&u).unwrap_or_default();
+        for &f in &old {
+            self.adjust(f, -1);
+        }
+        let mut out: FxHashSet<Fact> = FxHashSet::default();
+        loop {
+            let mut new: Vec<Fact> = Vec::new();
+            for &ri in rules {
+                let r = &prog.rules[ri];
+                self.solve(r, all_lits(r), &mut vec![NONE; r.nvars], ALL, &mut |sol| {
+                    self.instantiate(&r.heads, sol, &mut |f| {
+                        if !out.contains(&f) {
+                            new.push(f);
+                        }
+                    });
+                });
+            }
+            let mut grew = false;
+            for f in new {
+                if out.insert(f) {
+                    self.adjust(f, 1);
+                    grew = true;
+                }
+            }
+            if !grew {
+                break;
+            }
+        }
+        self.recursive.insert(u, out);
+    }
+
+    fn run(&mut self, full: bool) {
+        let prog = self.prog.clone();
+        for (u, unit) in prog.units.iter().enumerate() {
+            match unit {
+                Unit::One(ri) => {
+                    let r = &prog.rules[*ri];
+                    if !full && !self.reads_changes(r) {
+                        continue;
+                    }
+                    if r.rank.is_some() {
+                        self.ranked_unit(*ri, full);
+                    } else {
+                        self.counted(*ri, full);
+                    }
+                }
+                Unit::Recursive(rules) => {
+                    if full || rules.iter().any(|&ri| self.reads_changes(&prog.rules[ri])) {
+                        self.recursive_unit(u, rules);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Everything derived from the base facts, from scratch; returns the inferred facts.
+    pub fn materialize(&mut self) -> Vec<Fact> {
+        self.derived.clear();
+        self.ranked.clear();
+        self.recursive.clear();
+        self.idx.clear();
+        for &f in &self.base {
+            self.idx.insert(f);
+        }
+        self.begin();
+        self.run(true);
+        self.begin();
+        self.inferred()
+    }
+
+    /// Base facts added and removed: the inferred facts gained and lost.
+    pub fn update(&mut self, added: &[Fact], removed: &[Fact]) -> (Vec<Fact>, Vec<Fact>) {
+        self.begin();
+        for &f in removed {
+            if self.base.contains(&f) {
+                self.touch(f);
+                self.base.remove(&f);
+                if !self.derived.contains_key(&f) {
+                    self.set_visible(f, false);
+                }
+            }
+        }
+        for &f in added {
+            if !self.base.contains(&f) {
+                self.touch(f);
+                self.base.insert(f);
+                if !self.derived.contains_key(&f) {
+                    self.set_visible(f, true);
+                }
+            }
+        }
+        self.run(false);
+        let (mut gained, mut lost) = (Vec::new(), Vec::new());
+        for (&f, &was) in &self.touched {
+            let now = self.is_inferred(&f);
+            if now && !was {
+                gained.push(f);
+            } else if was && !now {
+                lost.push(f);
+            }
+        }
+        self.begin();
+        (gained, lost)
+    }
+
+    pub fn inferred(&self) -> Vec<Fact> {
+        self.derived.iter().filter(|(f, &c)| c > 0 && !self.base.contains(*f)).map(|(f, _)| *f).collect()
+    }
+
+    pub fn stats(&self) -> (usize, usize, usize, usize) {
+        let bytes = self.idx.bytes()
+            + self.base.capacity() * 13
+            + self.derived.capacity() * 17
+            + self.terms.borrow().bytes()
+            + self.ranked.values().map(|r| r.solutions.len() * 64 + r.sorted.len() * 160).sum::<usize>();
+        (self.base.len(), self.derived.len(), self.terms.borrow().len(), bytes)
+    }
+}
+
+fn term_key(terms: &Terms, id: u32) -> SortKey {
+    let t = terms.get(id);
+    match t.kind {
+        IRI => SortKey::Iri(t.value.clone()),
+        BLANK => SortKey::Blank(t.value.clone()),
+        _ => SortKey::Literal(terms.value(id).cloned().unwrap_or(Value::Other), t.value.clone()),
+    }
+}
