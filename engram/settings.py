@@ -184,6 +184,12 @@ class Settings(BaseSettings):
         description="Where an open tenant's graph lives: `disk` (a RocksDB store per tenant) or `memory` "
         "(opened from its newest snapshot; the log after it is consumed again after a crash).",
     )
+    rule_engine: Literal["core", "reference"] = Field(
+        "core",
+        description="What runs the rules: `core`, the compiled incremental engine (engram._core, Rust); "
+        "`reference`, the Python engine it is tested against. A program the core does not evaluate (an "
+        "AGGREGATE) runs on the Python engine either way, with a warning. Read when the rules load.",
+    )
     session_timeout_s: float = Field(
         10.0,
         ge=6.0,
