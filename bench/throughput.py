@@ -12,6 +12,9 @@ topics, then
      rules off and on, one record at a time and in batches of ``--batch`` records (the partitions
      interleaved, as the worker takes them), so the figure of 1. can be split into the log, the
      projection, the rules and the rest (Faust, the indexer, the API beside them).
+Steps 1 and 2 run once with the rules off and once per rule engine of ``--engines`` (the
+compiled core and the Python reference, ENGRAM_RULE_ENGINE), ``--rounds`` times interleaved, so
+the engines meet the same machine; the figures are min / median / max of the rounds.
 Prints one JSON object.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -34,6 +38,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaConsumer
 from engram.projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
+from engram.projections.rules.core import engine_for
 from engram.projections.stores import TenantStores
 from engram.schemas.events import Position, event_from_json
 from engram.streams import codec, kafka_local
@@ -112,13 +117,16 @@ async def read_back(settings, n: int) -> tuple[list[Any], float]:
         await consumer.stop()
 
 
-def project_in_process(settings, records: list[Any], root: Path, *, rules: bool, batch: int) -> float:
+def project_in_process(settings, records: list[Any], root: Path, *, rules: str, batch: int) -> float:
     """The projector's own batches (``handle_batch_with_retries``) of ``batch`` records in log
-    order into fresh stores: the projection alone, without Faust or the indexer."""
-    name = f"{'rules-on' if rules else 'rules-off'}-{batch}"
+    order into fresh stores: the projection alone, without Faust or the indexer. ``rules``: "off"
+    (no rule at all), or the engine that runs the shipped rules ("core", "reference")."""
+    name = f"rules-{rules}-{batch}"
     (root / "no-rules").mkdir(parents=True, exist_ok=True)
     (root / "no-rules" / "none.dlog").write_text("# the rules off: no rule at all\n")
-    knowledge = load_knowledge(rules_dir=DEFAULT_RULES_DIR if rules else root / "no-rules")
+    knowledge = load_knowledge(rules_dir=DEFAULT_RULES_DIR if rules != "off" else root / "no-rules")
+    if rules != "off":
+        knowledge = dataclasses.replace(knowledge, engine=engine_for(knowledge.engine.program, rules))
     stores = TenantStores(
         root / name,
         knowledge=knowledge,
@@ -257,6 +265,65 @@ def worker_rules_off(base: Settings, root: Path, raw: list[dict], store: str) ->
         server.stop()
 
 
+def worker_rules_on(
+    base: Settings, root: Path, raw: list[dict], store: str, engine: str, writes: int
+) -> dict:
+    """The workload through a worker with the shipped rules run by ``engine`` (ENGRAM_RULE_ENGINE),
+    a client writing with ?wait=true meanwhile, then ``writes`` sequential writes with no backlog."""
+    # a write behind the backlog waits for the backlog ahead of it on its partition: the probes
+    # during the drain may wait longer than the tests' 30 s
+    settings = isolated_settings(base, root / "data", partitions=12).model_copy(
+        update={"wait_timeout_s": 600.0, "store": store, "rule_engine": engine}
+    )
+    asyncio.run(ensure_topics(settings))
+    server = Server(settings, root / "server.log").start()
+    warm_up(server)
+    try:
+        keys = KeyStore(settings.key_store_dir)  # sealed as the API and `engram produce` seal them
+        events = [seal_event(event_from_json(e), keys) for e in raw]
+        prober = Prober(server)
+        rss0 = rss_mib(server.proc.pid)
+        cpu0, began = cpu_seconds(server.proc.pid), time.monotonic()
+        prober.start()
+        produce_s = asyncio.run(produce_all(settings, events))
+        server.wait_ready(timeout=900, interval=0.5)  # polling readyz costs the worker time
+        applied_s = time.monotonic() - began
+        applied_cpu = cpu_seconds(server.proc.pid) - cpu0
+        prober.stop.set()
+        prober.join()
+        ready = server.readyz()
+        rules_on_footprint = footprint(settings, server.proc.pid, rss0)
+        latencies = []
+        with httpx.Client(base_url=server.url, timeout=60, auth=server.http.auth) as client:
+            for i in range(writes):
+                t0 = time.perf_counter()
+                r = client.post(f"/v1/tenants/lat{i % 10}/memories", params={"wait": "true"},
+                                json=probe_body(f"w{i}"))  # fmt: skip
+                latencies.append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 202 and r.json()["applied"], r.text
+    finally:
+        server.stop()
+    probes = len(prober.latencies)
+    return {
+        "settings": settings,
+        "produce_seconds": round(produce_s, 3),
+        "first_produce_to_last_applied_seconds": round(applied_s, 3),
+        "events_per_second": round((len(raw) + probes) / applied_s, 1),
+        "events_per_cpu_second": round((len(raw) + probes) / applied_cpu, 1),
+        "handled": ready["handled"],
+        "batch_sizes": ready.get("batches", {}),
+        "footprint": rules_on_footprint,
+        "write_to_readable_ms_while_the_backlog_drains": summary(prober.latencies),
+        "write_to_readable_ms_no_backlog": summary(latencies),
+        "records": len(raw) + probes + writes + 1,  # + the warm-up write
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """min / median / max of the rounds (the machine is shared: the median is the figure)."""
+    return {"min": min(values), "median": round(statistics.median(values), 1), "max": max(values)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=10_000)
@@ -266,62 +333,42 @@ def main() -> None:
         "--batch", type=int, default=2000, help="records per in-process batch (the worker's maximum)"
     )
     ap.add_argument("--store", choices=("disk", "memory"), default="disk", help="the workers' ENGRAM_STORE")
+    ap.add_argument(
+        "--engines", default="reference,core",
+        help="the rule engines compared side by side (ENGRAM_RULE_ENGINE), each in every round",
+    )  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of every engine, interleaved")
     ap.add_argument("--skip-in-process", action="store_true", help="skip step 3 (the worker's figures only)")
     args = ap.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
 
     base = load_settings()
     kafka_local.start(base)
+    raw = workload(args.events, args.tenants)
+    runs: dict[str, list[dict]] = {"rules_off": [], **{e: [] for e in engines}}
     with tempfile.TemporaryDirectory() as tmp:
-        rules_off = worker_rules_off(
-            base, Path(tmp) / "rules-off", workload(args.events, args.tenants), args.store
-        )
-        # a write behind the backlog waits for the backlog ahead of it on its partition: the probes
-        # during the drain may wait longer than the tests' 30 s
-        settings = isolated_settings(base, Path(tmp) / "data", partitions=12).model_copy(
-            update={"wait_timeout_s": 600.0, "store": args.store}
-        )
-        asyncio.run(ensure_topics(settings))
-        server = Server(settings, Path(tmp) / "server.log").start()
-        warm_up(server)
-        try:
-            keys = KeyStore(settings.key_store_dir)  # sealed as the API and `engram produce` seal them
-            events = [seal_event(event_from_json(e), keys) for e in workload(args.events, args.tenants)]
-            prober = Prober(server)
-            rss0 = rss_mib(server.proc.pid)
-            cpu0, began = cpu_seconds(server.proc.pid), time.monotonic()
-            prober.start()
-            produce_s = asyncio.run(produce_all(settings, events))
-            server.wait_ready(timeout=600, interval=0.5)  # polling readyz costs the worker time
-            applied_s = time.monotonic() - began
-            applied_cpu = cpu_seconds(server.proc.pid) - cpu0
-            prober.stop.set()
-            prober.join()
-            ready = server.readyz()
-            rules_on_footprint = footprint(settings, server.proc.pid, rss0)
-
-            latencies = []
-            with httpx.Client(base_url=server.url, timeout=60, auth=server.http.auth) as client:
-                for i in range(args.writes):
-                    t0 = time.perf_counter()
-                    r = client.post(f"/v1/tenants/lat{i % 10}/memories", params={"wait": "true"},
-                                    json=probe_body(f"w{i}"))  # fmt: skip
-                    latencies.append((time.perf_counter() - t0) * 1000)
-                    assert r.status_code == 202 and r.json()["applied"], r.text
-        finally:
-            server.stop()
-        probes = len(prober.latencies)
-        n = args.events + probes + args.writes + 1  # + the warm-up write
-        records, consume_s = asyncio.run(read_back(settings, n))
+        for round_ in range(args.rounds):
+            runs["rules_off"].append(
+                worker_rules_off(base, Path(tmp) / f"rules-off-{round_}", raw, args.store)
+            )
+            for engine in engines:
+                root = Path(tmp) / f"{engine}-{round_}"
+                runs[engine].append(worker_rules_on(base, root, raw, args.store, engine, args.writes))
+        last = runs[engines[-1]][-1]
+        records, consume_s = asyncio.run(read_back(last["settings"], last["records"]))
         ours = [r for r in records if (r.key or b"").startswith(b"b")]  # the workload's only
         inproc = Path(tmp) / "inproc"
         rates = {}
-        for rules in () if args.skip_in_process else (False, True):
+        for rules in () if args.skip_in_process else ("off", *engines):
             for batch in (1, args.batch):
-                took = project_in_process(settings, ours, inproc, rules=rules, batch=batch)
-                label = f"projection_in_process_rules_{'on' if rules else 'off'}_" + (
+                took = project_in_process(last["settings"], ours, inproc, rules=rules, batch=batch)
+                label = f"projection_in_process_rules_{'off' if rules == 'off' else 'on_' + rules}_" + (
                     "one_at_a_time" if batch == 1 else f"batches_of_{batch}"
                 )
                 rates[label] = round(len(ours) / took, 1)
+
+    def figure(name: str, key: str) -> dict[str, float]:
+        return spread([run[key] for run in runs[name]])
 
     print(
         json.dumps(
@@ -329,31 +376,47 @@ def main() -> None:
                 "benchmark": "throughput",
                 "events": args.events,
                 "tenants": args.tenants,
-                "partitions": settings.events_partitions,
+                "partitions": last["settings"].events_partitions,
                 "workers": 1,
                 "store": args.store,
-                "produce_seconds": round(produce_s, 3),
-                "first_produce_to_last_applied_seconds": round(applied_s, 3),
-                "events_per_second_applied": round((args.events + probes) / applied_s, 1),
-                "handled": ready["handled"],
-                "worker_batch_sizes": ready.get("batches", {}),
-                "worker_batch_sizes_rules_off": rules_off["batch_sizes"],
+                "rounds": args.rounds,
+                "engines": engines,
                 "side_by_side_events_per_second": {
                     "consume_and_decode": round(len(records) / consume_s, 1),
                     **rates,
-                    "full_worker_through_faust_rules_off": rules_off["events_per_second"],
-                    "full_worker_through_faust_rules_on": round((args.events + probes) / applied_s, 1),
+                    "full_worker_through_faust_rules_off": figure("rules_off", "events_per_second"),
+                    **{
+                        f"full_worker_through_faust_rules_on_{e}": figure(e, "events_per_second")
+                        for e in engines
+                    },
                 },
                 "worker_events_per_cpu_second": {
-                    "rules_off": rules_off["events_per_cpu_second"],
-                    "rules_on": round((args.events + probes) / applied_cpu, 1),
+                    "rules_off": figure("rules_off", "events_per_cpu_second"),
+                    **{f"rules_on_{e}": figure(e, "events_per_cpu_second") for e in engines},
                 },
+                "rules_on_share_of_rules_off": {
+                    e: round(
+                        statistics.median(r["events_per_second"] for r in runs[e])
+                        / statistics.median(r["events_per_second"] for r in runs["rules_off"]),
+                        3,
+                    )
+                    for e in engines
+                },
+                "worker_batch_sizes": {e: runs[e][-1]["batch_sizes"] for e in engines},
                 "footprint_after_the_workload": {
-                    "rules_off": rules_off["footprint"],
-                    "rules_on": rules_on_footprint,
+                    "rules_off": runs["rules_off"][-1]["footprint"],
+                    **{e: runs[e][-1]["footprint"] for e in engines},
                 },
-                "write_to_readable_ms_while_the_backlog_drains": summary(prober.latencies),
-                "write_to_readable_ms_no_backlog": summary(latencies),
+                "write_to_readable_ms_while_the_backlog_drains": {
+                    e: runs[e][-1]["write_to_readable_ms_while_the_backlog_drains"] for e in engines
+                },
+                "write_to_readable_ms_no_backlog": {
+                    e: {
+                        "p50": spread([r["write_to_readable_ms_no_backlog"]["p50"] for r in runs[e]]),
+                        "p99": spread([r["write_to_readable_ms_no_backlog"]["p99"] for r in runs[e]]),
+                    }
+                    for e in engines
+                },
             },
             indent=2,
         )

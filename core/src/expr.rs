@@ -278,7 +278,7 @@ impl Eval<'_> {
     pub fn value(&self, v: &Val) -> Option<Value> {
         match v {
             Val::Lit(v) => Some(v.clone()),
-            Val::Term(id) => self.terms.value(*id).cloned(),
+            Val::Term(id) => self.terms.value(*id),
         }
     }
 
@@ -366,7 +366,7 @@ impl Eval<'_> {
                 match &v {
                     Val::Term(id) => match self.terms.kind(*id) {
                         BLANK => None,
-                        _ => lit(Value::Str(self.terms.get(*id).value.to_string())),
+                        _ => lit(Value::Str(self.terms.text(*id).to_string())),
                     },
                     Val::Lit(value) => lit(Value::Str(lexical(value)?.0)),
                 }

@@ -19,6 +19,38 @@ use terms::Key;
 
 type KeyFact = (Key, Key, Key);
 
+/// The system allocator, counting the bytes the core holds: what a tenant's state costs, exactly
+/// (`allocated()` before and after building one), not an estimate from capacities.
+struct Counting;
+
+static ALLOCATED: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        ALLOCATED.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(new_size as isize - layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Bytes the core holds now (every state of this process, and whatever a call has in flight).
+#[pyfunction]
+fn allocated() -> isize {
+    ALLOCATED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A rule program compiled for the core; ValueError names what it does not evaluate.
 #[pyclass(frozen, module = "engram._core")]
 struct Program {
@@ -91,7 +123,7 @@ impl State {
         self.keys(&self.inner.inferred())
     }
 
-    /// (base facts, derived facts, terms, bytes held, estimated)
+    /// (facts held, derived facts, terms, bytes held as estimated from capacities)
     fn stats(&self) -> (usize, usize, usize, usize) {
         self.inner.stats()
     }
@@ -101,5 +133,6 @@ impl State {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_class::<State>()?;
+    m.add_function(wrap_pyfunction!(allocated, m)?)?;
     Ok(())
 }

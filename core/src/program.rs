@@ -7,6 +7,8 @@ use crate::terms::Key;
 use rustc_hash::FxHashMap;
 use serde_json::Value as Json;
 
+const RDF_TYPE: &str = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type";
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum T {
     V(usize),
@@ -53,6 +55,14 @@ pub struct Program {
     pub consts: Vec<Key>,
     pub rules: Vec<Rule>,
     pub units: Vec<Unit>,
+    /// What the bodies read, so only those facts are indexed (a fact only concluded, such as a
+    /// conflict-set membership, is counted but never joined on): predicates (constants' indexes),
+    /// the classes asked for by `[?x, a, :C]`, and whether some atom reads any predicate or class.
+    pub read_predicates: Vec<u32>,
+    pub read_classes: Vec<u32>,
+    pub reads_any_predicate: bool,
+    pub reads_any_class: bool,
+    pub rdf_type: Option<u32>,
 }
 
 struct Compiling<'a> {
@@ -141,7 +151,33 @@ impl Program {
             rules.push(rule);
         }
         let units = order(&rules)?;
-        Ok(Program { consts, rules, units })
+        let rdf_type = consts.iter().position(|k| k.0 == crate::terms::IRI && k.1 == RDF_TYPE).map(|i| i as u32);
+        let (mut read_predicates, mut read_classes) = (Vec::new(), Vec::new());
+        let (mut reads_any_predicate, mut reads_any_class) = (false, false);
+        for atom in rules.iter().flat_map(body_atoms) {
+            match atom.t[1] {
+                T::V(_) => reads_any_predicate = true,
+                T::C(p) => {
+                    read_predicates.push(p);
+                    if Some(p) == rdf_type {
+                        match atom.t[2] {
+                            T::C(c) => read_classes.push(c),
+                            T::V(_) => reads_any_class = true,
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Program {
+            consts,
+            rules,
+            units,
+            read_predicates,
+            read_classes,
+            reads_any_predicate,
+            reads_any_class,
+            rdf_type,
+        })
     }
 }
 

@@ -26,6 +26,7 @@ enum When {
 }
 
 const ALL: usize = usize::MAX;
+const BASE: u32 = 1 << 31;
 
 #[derive(Clone, Debug)]
 enum SortKey {
@@ -102,11 +103,17 @@ struct Ranked {
 
 pub struct State {
     prog: Arc<Program>,
+    read_predicates: FxHashSet<u32>,
+    read_classes: FxHashSet<u32>,
+    rdf_type: u32,
     pub terms: RefCell<Terms>,
     consts: Vec<u32>,
-    idx: Index, // every fact that holds: base and derived
-    base: FxHashSet<Fact>,
-    derived: FxHashMap<Fact, i32>,
+    idx: Index, // every fact that holds and a body reads: base and derived
+    // per derived fact: how many derivations it has, and BASE if it is a base fact too. A base fact
+    // nothing derives has no entry: it is in `idx` if a body reads it, else in `unread_base` (kept
+    // so that a rule concluding it, a superclass say, does not infer what is asserted)
+    facts: FxHashMap<Fact, u32>,
+    unread_base: FxHashSet<Fact>,
     ranked: FxHashMap<usize, Ranked>,
     recursive: FxHashMap<usize, FxHashSet<Fact>>,
     // during an update: what holds now and did not before (plus), and the reverse (minus)
@@ -115,6 +122,7 @@ pub struct State {
     minus: Index,
     minus_set: FxHashSet<Fact>,
     touched: FxHashMap<Fact, bool>, // fact -> whether it was inferred before the update
+    tracking: bool,                 // false while materialising: no update to report
 }
 
 fn bits(mut m: u64) -> impl Iterator<Item = usize> {
@@ -143,14 +151,17 @@ fn bound_mask(b: &[u32]) -> u64 {
 impl State {
     pub fn new(prog: Arc<Program>) -> State {
         let mut terms = Terms::default();
-        let consts = prog.consts.iter().map(|(k, v, d, l)| terms.intern(*k, v, d, l)).collect();
+        let consts: Vec<u32> = prog.consts.iter().map(|(k, v, d, l)| terms.intern(*k, v, d, l)).collect();
         State {
+            read_predicates: prog.read_predicates.iter().map(|&c| consts[c as usize]).collect(),
+            read_classes: prog.read_classes.iter().map(|&c| consts[c as usize]).collect(),
+            rdf_type: prog.rdf_type.map(|c| consts[c as usize]).unwrap_or(NONE),
             prog,
             terms: RefCell::new(terms),
             consts,
             idx: Index::default(),
-            base: FxHashSet::default(),
-            derived: FxHashMap::default(),
+            facts: FxHashMap::default(),
+            unread_base: FxHashSet::default(),
             ranked: FxHashMap::default(),
             recursive: FxHashMap::default(),
             plus: Index::default(),
@@ -158,6 +169,7 @@ impl State {
             minus: Index::default(),
             minus_set: FxHashSet::default(),
             touched: FxHashMap::default(),
+            tracking: true,
         }
     }
 
@@ -179,18 +191,67 @@ impl State {
     }
 
     // -- facts ---------------------------------------------------------------------------------
+    fn is_base(&self, f: &Fact) -> bool {
+        match self.facts.get(f) {
+            Some(&v) => v & BASE != 0,
+            None if self.is_read(f) => self.idx.contains(*f),
+            None => self.unread_base.contains(f),
+        }
+    }
+
+    fn count(&self, f: &Fact) -> u32 {
+        self.facts.get(f).map_or(0, |&v| v & !BASE)
+    }
+
+    /// Records `f`'s base flag and count; a read fact's presence in `idx` is the caller's to keep.
+    fn set(&mut self, f: Fact, base: bool, count: u32) {
+        if count == 0 {
+            self.facts.remove(&f);
+        } else {
+            self.facts.insert(f, count | if base { BASE } else { 0 });
+        }
+        if !self.is_read(&f) {
+            if base && count == 0 {
+                self.unread_base.insert(f);
+            } else {
+                self.unread_base.remove(&f);
+            }
+        }
+    }
+
     fn is_inferred(&self, f: &Fact) -> bool {
-        self.derived.get(f).is_some_and(|&c| c > 0) && !self.base.contains(f)
+        self.facts.get(f).is_some_and(|&v| v & BASE == 0 && v > 0)
     }
 
     fn touch(&mut self, f: Fact) {
-        if !self.touched.contains_key(&f) {
+        if self.tracking && !self.touched.contains_key(&f) {
             let was = self.is_inferred(&f);
             self.touched.insert(f, was);
         }
     }
 
+    /// Whether some rule body may join on this fact (only those are indexed).
+    fn is_read(&self, f: &Fact) -> bool {
+        let prog = &self.prog;
+        if prog.reads_any_predicate {
+            return true;
+        }
+        self.read_predicates.contains(&f[1])
+            && (f[1] != self.rdf_type || prog.reads_any_class || self.read_classes.contains(&f[2]))
+    }
+
     fn set_visible(&mut self, f: Fact, visible: bool) {
+        if !self.is_read(&f) {
+            return;
+        }
+        if !self.tracking {
+            if visible {
+                self.idx.insert(f);
+            } else {
+                self.idx.remove(f);
+            }
+            return;
+        }
         if visible {
             self.idx.insert(f);
             if self.minus_set.remove(&f) {
@@ -215,23 +276,26 @@ impl State {
             return;
         }
         self.touch(f);
-        let before = self.derived.get(&f).copied().unwrap_or(0);
-        let after = before + d;
-        assert!(after >= 0, "derivation count below zero for {f:?}: a bug in the core's deltas");
-        if after == 0 {
-            self.derived.remove(&f);
-        } else {
-            self.derived.insert(f, after);
-        }
-        if !self.base.contains(&f) && (before > 0) != (after > 0) {
+        let base = self.is_base(&f);
+        let before = self.count(&f) as i64;
+        let after = before + d as i64;
+        assert!((0..BASE as i64).contains(&after), "derivation count {after} for {f:?}: a bug in the core's deltas");
+        self.set(f, base, after as u32);
+        if !base && (before > 0) != (after > 0) {
             self.set_visible(f, after > 0);
         }
     }
 
     fn begin(&mut self) {
         self.plus.clear();
-        self.plus_set.clear();
         self.minus.clear();
+        if self.plus_set.capacity() + self.minus_set.capacity() + self.touched.capacity() > 1 << 14 {
+            // a big batch's room is not kept for the small ones after it
+            self.plus_set = FxHashSet::default();
+            self.minus_set = FxHashSet::default();
+            self.touched = FxHashMap::default();
+        }
+        self.plus_set.clear();
         self.minus_set.clear();
         self.touched.clear();
     }
@@ -239,8 +303,11 @@ impl State {
     /// Base facts, before `materialize`: nothing is derived from them yet.
     pub fn load(&mut self, facts: &[Fact]) {
         for &f in facts {
-            if self.base.insert(f) {
-                self.idx.insert(f);
+            if !self.is_base(&f) {
+                self.set(f, true, self.count(&f));
+                if self.is_read(&f) {
+                    self.idx.insert(f);
+                }
             }
         }
     }
@@ -534,7 +601,7 @@ impl State {
         let mut keys: Vec<Keyed> = spec.keys.iter().map(|(e, desc)| Keyed(key_of(eval.eval(e)), *desc)).collect();
         // then STR(?item) and the limit, as the reference's ORDER BY: a total order
         let item = sol[spec.item];
-        let text = if item == NONE { String::new() } else { terms.get(item).value.to_string() };
+        let text = if item == NONE { String::new() } else { terms.text(item).to_string() };
         keys.push(Keyed(SortKey::Literal(Value::Str(text.clone()), text.into()), false));
         let limit = sol[spec.limit];
         keys.push(Keyed(if limit == NONE { SortKey::Unbound } else { term_key(&terms, limit) }, false));
@@ -617,7 +684,7 @@ impl State {
         if terms.kind(id) != LITERAL {
             return 0;
         }
-        match terms.get(id).value.trim().parse::<f64>() {
+        match terms.text(id).trim().parse::<f64>() {
             Ok(x) if x.is_finite() => x.max(0.0).trunc() as i64,
             _ => 0,
         }
@@ -682,16 +749,28 @@ impl State {
 
     /// Everything derived from the base facts, from scratch; returns the inferred facts.
     pub fn materialize(&mut self) -> Vec<Fact> {
-        self.derived.clear();
+        // back to the base facts alone: the derived-only ones out of the index, the counts dropped
+        let derived_only: Vec<Fact> = self.facts.iter().filter(|(_, &v)| v & BASE == 0).map(|(f, _)| *f).collect();
+        let base_too: Vec<Fact> = self.facts.iter().filter(|(_, &v)| v & BASE != 0).map(|(f, _)| *f).collect();
+        for f in derived_only {
+            if self.is_read(&f) {
+                self.idx.remove(f);
+            }
+        }
+        self.facts = FxHashMap::default();
+        for f in base_too {
+            if !self.is_read(&f) {
+                self.unread_base.insert(f);
+            }
+        }
         self.ranked.clear();
         self.recursive.clear();
-        self.idx.clear();
-        for &f in &self.base {
-            self.idx.insert(f);
-        }
         self.begin();
+        self.tracking = false;
         self.run(true);
+        self.tracking = true;
         self.begin();
+        self.terms.borrow_mut().compact();
         self.inferred()
     }
 
@@ -699,19 +778,21 @@ impl State {
     pub fn update(&mut self, added: &[Fact], removed: &[Fact]) -> (Vec<Fact>, Vec<Fact>) {
         self.begin();
         for &f in removed {
-            if self.base.contains(&f) {
+            if self.is_base(&f) {
                 self.touch(f);
-                self.base.remove(&f);
-                if !self.derived.contains_key(&f) {
+                let count = self.count(&f);
+                self.set(f, false, count);
+                if count == 0 {
                     self.set_visible(f, false);
                 }
             }
         }
         for &f in added {
-            if !self.base.contains(&f) {
+            if !self.is_base(&f) {
                 self.touch(f);
-                self.base.insert(f);
-                if !self.derived.contains_key(&f) {
+                let count = self.count(&f);
+                self.set(f, true, count);
+                if count == 0 {
                     self.set_visible(f, true);
                 }
             }
@@ -731,24 +812,24 @@ impl State {
     }
 
     pub fn inferred(&self) -> Vec<Fact> {
-        self.derived.iter().filter(|(f, &c)| c > 0 && !self.base.contains(*f)).map(|(f, _)| *f).collect()
+        self.facts.iter().filter(|(_, &v)| v & BASE == 0 && v > 0).map(|(f, _)| *f).collect()
     }
 
     pub fn stats(&self) -> (usize, usize, usize, usize) {
         let bytes = self.idx.bytes()
-            + self.base.capacity() * 13
-            + self.derived.capacity() * 17
+            + self.facts.capacity() * 17
+            + self.unread_base.capacity() * 13
             + self.terms.borrow().bytes()
             + self.ranked.values().map(|r| r.solutions.len() * 64 + r.sorted.len() * 160).sum::<usize>();
-        (self.base.len(), self.derived.len(), self.terms.borrow().len(), bytes)
+        (self.idx.len() + self.unread_base.len(), self.facts.len(), self.terms.borrow().len(), bytes)
     }
 }
 
 fn term_key(terms: &Terms, id: u32) -> SortKey {
-    let t = terms.get(id);
-    match t.kind {
-        IRI => SortKey::Iri(t.value.clone()),
-        BLANK => SortKey::Blank(t.value.clone()),
-        _ => SortKey::Literal(terms.value(id).cloned().unwrap_or(Value::Other), t.value.clone()),
+    let text: Box<str> = terms.text(id).into();
+    match terms.kind(id) {
+        IRI => SortKey::Iri(text),
+        BLANK => SortKey::Blank(text),
+        _ => SortKey::Literal(terms.value(id).unwrap_or(Value::Other), text),
     }
 }

@@ -40,19 +40,23 @@ pub enum Value {
     Other, // a datatype SPARQL has no operators for here, or an ill-typed lexical form
 }
 
+/// 16 bytes: the text lives in one arena (`Terms::text`), not an allocation a term.
 pub struct Term {
+    start: u32,
+    len: u32,
     pub kind: u8,
-    pub value: Box<str>,
     pub datatype: u16, // index into `Terms::datatypes`
-    pub lang: Box<str>,
+    pub lang: u16,     // index into `Terms::langs`
 }
 
 pub struct Terms {
     terms: Vec<Term>,
-    values: Vec<Option<Box<Value>>>,
+    text: String,
     datatypes: Vec<String>,
-    by_hash: FxHashMap<u64, u32>,
-    collisions: FxHashMap<u64, Vec<u32>>,
+    langs: Vec<String>,
+    by_text: hashbrown::HashTable<u32>,
+    // a non-canonical form given once (a rule's "0.0" for the store's "0"): its canonical term
+    aliases: FxHashMap<Key, u32>,
 }
 
 fn hash_of(kind: u8, value: &str, datatype: &str, lang: &str) -> u64 {
@@ -65,10 +69,11 @@ impl Default for Terms {
     fn default() -> Self {
         Self {
             terms: Vec::new(),
-            values: Vec::new(),
+            text: String::new(),
             datatypes: vec![String::new()],
-            by_hash: FxHashMap::default(),
-            collisions: FxHashMap::default(),
+            langs: vec![String::new()],
+            by_text: hashbrown::HashTable::new(),
+            aliases: FxHashMap::default(),
         }
     }
 }
@@ -82,8 +87,13 @@ impl Terms {
         self.terms[id as usize].kind
     }
 
-    pub fn get(&self, id: u32) -> &Term {
-        &self.terms[id as usize]
+    fn text_of(&self, t: &Term) -> &str {
+        &self.text[t.start as usize..(t.start + t.len) as usize]
+    }
+
+    /// A term's text: an IRI's, a blank node's label, a literal's lexical form.
+    pub fn text(&self, id: u32) -> &str {
+        self.text_of(&self.terms[id as usize])
     }
 
     pub fn datatype(&self, id: u32) -> &str {
@@ -92,46 +102,22 @@ impl Terms {
 
     pub fn key(&self, id: u32) -> (u8, &str, &str, &str) {
         let t = &self.terms[id as usize];
-        (t.kind, &t.value, &self.datatypes[t.datatype as usize], &t.lang)
+        (t.kind, self.text_of(t), &self.datatypes[t.datatype as usize], &self.langs[t.lang as usize])
     }
 
     fn same(&self, id: u32, kind: u8, value: &str, datatype: &str, lang: &str) -> bool {
         self.key(id) == (kind, value, datatype, lang)
     }
 
-    fn canonical_of(&self, id: u32, kind: u8, value: &str, datatype: &str, lang: &str) -> bool {
-        let t = &self.terms[id as usize];
-        kind == LITERAL
-            && t.kind == LITERAL
-            && lang.is_empty()
-            && t.lang.is_empty()
-            && &*self.datatypes[t.datatype as usize] == datatype
-            && match (parse(value, datatype, ""), self.values[id as usize].as_deref()) {
-                (Value::Dec(a), Some(Value::Dec(b))) => a == *b,
-                (Value::Int(a), Some(Value::Int(b))) => a == *b,
-                (Value::Dbl(a), Some(Value::Dbl(b))) => a.is_identical_with(*b),
-                (Value::Flt(a), Some(Value::Flt(b))) => a.is_identical_with(*b),
-                (Value::Bool(a), Some(Value::Bool(b))) => a == *b,
-                (Value::DateTime(a), Some(Value::DateTime(b))) => a.is_identical_with(*b),
-                (Value::Date(a), Some(Value::Date(b))) => a.is_identical_with(*b),
-                _ => false,
-            }
-    }
-
     pub fn find(&self, kind: u8, value: &str, datatype: &str, lang: &str) -> Option<u32> {
         let h = hash_of(kind, value, datatype, lang);
-        if let Some(&id) = self.by_hash.get(&h) {
-            if self.same(id, kind, value, datatype, lang) {
-                return Some(id);
-            }
-            if let Some(more) = self.collisions.get(&h) {
-                return more.iter().copied().find(|&id| self.same(id, kind, value, datatype, lang)).or_else(|| {
-                    // a non-canonical form given before: its alias, if the hash is not someone else's
-                    more.iter().copied().find(|&id| self.canonical_of(id, kind, value, datatype, lang))
-                });
-            }
+        if let Some(&id) = self.by_text.find(h, |&id| self.same(id, kind, value, datatype, lang)) {
+            return Some(id);
         }
-        None
+        if self.aliases.is_empty() {
+            return None;
+        }
+        self.aliases.get(&(kind, value.to_owned(), datatype.to_owned(), lang.to_owned())).copied()
     }
 
     pub fn intern(&mut self, kind: u8, value: &str, datatype: &str, lang: &str) -> u32 {
@@ -154,35 +140,37 @@ impl Terms {
             if let Some(c) = canonical.filter(|c| c != value) {
                 let id = self.intern(kind, &c, datatype, lang);
                 // the form it was given finds the same id next time
-                let h = hash_of(kind, value, datatype, lang);
-                self.collisions.entry(h).or_default().push(id);
-                self.by_hash.entry(h).or_insert(id);
+                self.aliases.insert((kind, value.to_owned(), datatype.to_owned(), lang.to_owned()), id);
                 return id;
             }
         }
         let id = self.terms.len() as u32;
-        let dt = match self.datatypes.iter().position(|d| d == datatype) {
-            Some(i) => i as u16,
-            None => {
-                self.datatypes.push(datatype.to_owned());
-                (self.datatypes.len() - 1) as u16
-            }
-        };
-        let value_of = if kind == LITERAL { Some(Box::new(parse(value, datatype, lang))) } else { None };
-        self.terms.push(Term { kind, value: value.into(), datatype: dt, lang: lang.into() });
-        self.values.push(value_of);
+        assert!(id < 1 << 31, "more than 2^31 terms in one tenant's state"); // the index's tag bit
+        let dt = small_index(&mut self.datatypes, datatype);
+        let lang_index = small_index(&mut self.langs, lang);
+        let start = self.text.len();
+        assert!(start + value.len() < u32::MAX as usize, "a tenant's terms hold more than 4 GB of text");
+        self.text.push_str(value);
+        self.terms.push(Term { start: start as u32, len: value.len() as u32, kind, datatype: dt, lang: lang_index });
         let h = hash_of(kind, value, datatype, lang);
-        if let std::collections::hash_map::Entry::Vacant(e) = self.by_hash.entry(h) {
-            e.insert(id);
-        } else {
-            self.collisions.entry(h).or_default().push(id);
-        }
+        let (terms, text) = (&self.terms, &self.text);
+        let (datatypes, langs) = (&self.datatypes, &self.langs);
+        self.by_text.insert_unique(h, id, |&other| {
+            let t = &terms[other as usize];
+            let value = &text[t.start as usize..(t.start + t.len) as usize];
+            hash_of(t.kind, value, &datatypes[t.datatype as usize], &langs[t.lang as usize])
+        });
         id
     }
 
-    /// A literal's value; None for an IRI or a blank node.
-    pub fn value(&self, id: u32) -> Option<&Value> {
-        self.values[id as usize].as_deref()
+    /// A literal's value (parsed when asked: a few of the terms are ever compared, and keeping
+    /// every one parsed cost more memory than the parse costs time); None for an IRI or a blank node.
+    pub fn value(&self, id: u32) -> Option<Value> {
+        let t = &self.terms[id as usize];
+        if t.kind != LITERAL {
+            return None;
+        }
+        Some(parse(self.text_of(t), &self.datatypes[t.datatype as usize], &self.langs[t.lang as usize]))
     }
 
     /// The literal holding `value`, interned (its canonical form, as oxigraph writes it).
@@ -202,13 +190,18 @@ impl Terms {
         Some(self.intern(LITERAL, &lex, dt, lang))
     }
 
+    /// Gives back the room the arenas grew into (after a state is built, its biggest growth).
+    pub fn compact(&mut self) {
+        self.text.shrink_to_fit();
+        self.terms.shrink_to_fit();
+    }
+
     pub fn bytes(&self) -> usize {
-        let heap: usize = self.terms.iter().map(|t| t.value.len() + t.lang.len()).sum();
+        let heap = self.text.capacity();
         self.terms.capacity() * std::mem::size_of::<Term>()
-            + self.values.capacity() * 8
-            + self.values.iter().flatten().count() * std::mem::size_of::<Value>()
+            + self.aliases.len() * 120
             + heap
-            + self.by_hash.capacity() * 13
+            + self.by_text.capacity() * 5
     }
 }
 
@@ -231,4 +224,16 @@ fn parse(value: &str, datatype: &str, lang: &str) -> Value {
         _ => None,
     };
     parsed.unwrap_or(Value::Other)
+}
+
+fn small_index(table: &mut Vec<String>, name: &str) -> u16 {
+    match table.iter().position(|d| d == name) {
+        Some(i) => i as u16,
+        None => {
+            // datatypes and languages come from the projection's own vocabulary: a handful
+            assert!(table.len() < u16::MAX as usize, "more than 65,535 datatypes or languages");
+            table.push(name.to_owned());
+            (table.len() - 1) as u16
+        }
+    }
 }

@@ -242,11 +242,11 @@ class CoreReasoner:
         return stats
 
     def stats(self) -> dict[str, int]:
-        """The state's size: base and derived facts held, terms interned, bytes (estimated)."""
+        """The state's size: facts held (base and derived), derived facts, terms, bytes (estimated)."""
         if self.state is None:
-            return {"base": 0, "derived": 0, "terms": 0, "bytes": 0}
-        base, derived, terms, size = self.state.stats()
-        return {"base": base, "derived": derived, "terms": terms, "bytes": size}
+            return {"facts": 0, "derived": 0, "terms": 0, "bytes": 0}
+        facts, derived, terms, size = self.state.stats()
+        return {"facts": facts, "derived": derived, "terms": terms, "bytes": size}
 
 
 def engine_for(program: Program, choice: str = "core") -> RuleEngine | CoreEngine:
