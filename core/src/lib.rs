@@ -14,7 +14,7 @@ mod terms;
 use index::Fact;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use terms::Key;
 
 type KeyFact = (Key, Key, Key);
@@ -77,55 +77,64 @@ impl Program {
     }
 }
 
-/// One tenant's facts (those the rules read) and what the rules derive from them.
-#[pyclass(unsendable, module = "engram._core")]
+/// One tenant's facts (those the rules read) and what the rules derive from them. Usable from
+/// any thread (a graph may be rebuilt off the event loop); the work runs without the GIL.
+#[pyclass(module = "engram._core")]
 struct State {
-    inner: state::State,
+    inner: Mutex<state::State>,
 }
 
-impl State {
-    fn ids(&self, facts: &[KeyFact]) -> Vec<Fact> {
-        facts.iter().map(|(s, p, o)| [self.inner.intern(s), self.inner.intern(p), self.inner.intern(o)]).collect()
-    }
+fn ids(state: &state::State, facts: &[KeyFact]) -> Vec<Fact> {
+    facts.iter().map(|(s, p, o)| [state.intern(s), state.intern(p), state.intern(o)]).collect()
+}
 
-    fn keys(&self, facts: &[Fact]) -> Vec<KeyFact> {
-        facts.iter().map(|[s, p, o]| (self.inner.key(*s), self.inner.key(*p), self.inner.key(*o))).collect()
-    }
+fn keys(state: &state::State, facts: &[Fact]) -> Vec<KeyFact> {
+    facts.iter().map(|[s, p, o]| (state.key(*s), state.key(*p), state.key(*o))).collect()
 }
 
 #[pymethods]
 impl State {
     #[new]
     fn new(program: &Program) -> Self {
-        State { inner: state::State::new(program.inner.clone()) }
+        State { inner: Mutex::new(state::State::new(program.inner.clone())) }
     }
 
     /// Base facts, before `materialize`.
-    fn load(&mut self, facts: Vec<KeyFact>) {
-        let ids = self.ids(&facts);
-        self.inner.load(&ids);
+    fn load(&self, py: Python<'_>, facts: Vec<KeyFact>) {
+        py.allow_threads(|| {
+            let mut state = self.inner.lock().unwrap();
+            let ids = ids(&state, &facts);
+            state.load(&ids);
+        })
     }
 
     /// Everything the rules derive from the base facts, from scratch: the inferred facts.
-    fn materialize(&mut self) -> Vec<KeyFact> {
-        let out = self.inner.materialize();
-        self.keys(&out)
+    fn materialize(&self, py: Python<'_>) -> Vec<KeyFact> {
+        py.allow_threads(|| {
+            let mut state = self.inner.lock().unwrap();
+            let out = state.materialize();
+            keys(&state, &out)
+        })
     }
 
     /// Base facts added and removed: (inferred facts gained, inferred facts lost).
-    fn update(&mut self, added: Vec<KeyFact>, removed: Vec<KeyFact>) -> (Vec<KeyFact>, Vec<KeyFact>) {
-        let (added, removed) = (self.ids(&added), self.ids(&removed));
-        let (gained, lost) = self.inner.update(&added, &removed);
-        (self.keys(&gained), self.keys(&lost))
+    fn update(&self, py: Python<'_>, added: Vec<KeyFact>, removed: Vec<KeyFact>) -> (Vec<KeyFact>, Vec<KeyFact>) {
+        py.allow_threads(|| {
+            let mut state = self.inner.lock().unwrap();
+            let (added, removed) = (ids(&state, &added), ids(&state, &removed));
+            let (gained, lost) = state.update(&added, &removed);
+            (keys(&state, &gained), keys(&state, &lost))
+        })
     }
 
     fn inferred(&self) -> Vec<KeyFact> {
-        self.keys(&self.inner.inferred())
+        let state = self.inner.lock().unwrap();
+        keys(&state, &state.inferred())
     }
 
     /// (facts held, derived facts, terms, bytes held as estimated from capacities)
     fn stats(&self) -> (usize, usize, usize, usize) {
-        self.inner.stats()
+        self.inner.lock().unwrap().stats()
     }
 }
 

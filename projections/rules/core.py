@@ -197,14 +197,15 @@ class CoreReasoner:
         state = _core.State(self.engine.compiled)
         for graph in graphs.base:
             quads = store.quads_for_pattern(None, None, None, graph)
-            state.load(self.engine.relevant(q.triple for q in quads))
+            _call(state.load, self.engine.relevant(q.triple for q in quads))
         return state
 
     def materialize(self, store: Store, graphs: Graphs) -> int:
         """Every inferred fact again, from the base facts alone, into ``graphs.inferred``."""
         started = time.monotonic()
+        self.state = None
         state = self._loaded(store, graphs)
-        inferred = state.materialize()
+        inferred = _call(state.materialize)
         store.remove_graph(graphs.inferred)
         store.extend(Quad(*_triple(f), graphs.inferred) for f in inferred)  # type: ignore[misc]
         self.state = state
@@ -218,7 +219,7 @@ class CoreReasoner:
         stats, started = UpdateStats(), time.monotonic()
         if self.state is None:  # first use since the store opened: from its base, the difference written
             state = self._loaded(store, graphs)
-            want = {_triple(f) for f in state.materialize()}
+            want = {_triple(f) for f in _call(state.materialize)}
             have = {q.triple for q in store.quads_for_pattern(None, None, None, graphs.inferred)}
             gained, lost = list(want - have), list(have - want)
             self.state = state
@@ -232,7 +233,9 @@ class CoreReasoner:
                     for q in store.quads_for_pattern(fact.subject, fact.predicate, fact.object)
                 )
             ]
-            plus, minus = self.state.update(self.engine.relevant(added), self.engine.relevant(gone))
+            state, self.state = self.state, None  # kept again only once the update went through
+            plus, minus = _call(state.update, self.engine.relevant(added), self.engine.relevant(gone))
+            self.state = state
             gained, lost = [_triple(f) for f in plus], [_triple(f) for f in minus]
         for fact in lost:
             store.remove(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
@@ -247,6 +250,20 @@ class CoreReasoner:
             return {"facts": 0, "derived": 0, "terms": 0, "bytes": 0}
         facts, derived, terms, size = self.state.stats()
         return {"facts": facts, "derived": derived, "terms": terms, "bytes": size}
+
+
+def _call(method: Any, *args: Any) -> Any:
+    """A call into the core; a panic there (a bug: a derivation count below zero, say) comes out as
+    a RuntimeError, which the graph answers by re-materialising, not as a BaseException that would
+    end the process."""
+    try:
+        return method(*args)
+    except Exception:
+        raise
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise RuntimeError(f"the rule core failed: {exc}") from exc
 
 
 def engine_for(program: Program, choice: str = "core") -> RuleEngine | CoreEngine:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.projections.rules.test_differential import explained
 from tests.projections.rules.test_incremental import OPS, built, knowledge_with_cap, remember
-from tests.tenant import from_scratch
+from tests.tenant import Tenant, from_scratch
 
 
 def engines(tmp: Path) -> tuple[Knowledge, Knowledge]:
@@ -116,3 +117,36 @@ def test_an_expression_the_core_does_not_evaluate_is_refused_by_name() -> None:
         CoreEngine(program)
     assert isinstance(engine_for(program), RuleEngine)
     assert isinstance(engine_for(program, "reference"), RuleEngine)
+
+
+def test_a_graph_reasons_on_any_thread_and_a_reopened_store_is_derived_again(tmp_path: Path) -> None:
+    """The core's state is built on one thread and updated on another (a graph may be rebuilt off
+    the event loop), and a graph whose state is gone (a reopen) derives it again from the store."""
+    knowledge, _ = engines(tmp_path)
+    tenant = Tenant(tmp_path / "graph", knowledge)
+    target = {"metric": "roas", "goal": 3.0}
+    tenant.apply("MemoryRemembered", _memory("t1", "PerformanceTargetMemory", target))
+    with ThreadPoolExecutor(1) as pool:
+        assert (
+            pool.submit(tenant.apply, "KpiObserved", {"metric": "roas", "value": 2.0}).result().value
+            == "applied"
+        )
+    assert tenant.values("t1", "targetStatus") == {"below"}
+    tenant.graph.reasoner = knowledge.engine.reasoner()  # as `reopen` leaves it
+    assert tenant.apply("KpiObserved", {"metric": "roas", "value": 3.5}).value == "applied"
+    assert tenant.values("t1", "targetStatus") == {"met"}
+    assert tenant.graph.inferred() == from_scratch(tenant.graph)
+
+
+def _memory(memory_id: str, cls: str, props: dict) -> dict:
+    return {
+        "memory_id": memory_id,
+        "label": memory_id,
+        "content": "c",
+        "kind": "objective",
+        "scope": "company",
+        "stakeholders": {},
+        "importance": 5,
+        "memory_class": cls,
+        "properties": props,
+    }
