@@ -1,12 +1,14 @@
 """The rule engine's cost per event, in process: the projection of bench/throughput.py's workload
-with the rules off, with the reference engine and with the compiled one, side by side in one run.
+with the rules off, with the reference engine (SPARQL, ``old``), the Python engine (``new``) and the
+compiled core (``core``, engram._core), side by side in one run.
 
 No broker and no server: the workload is sealed and encoded as the API would, handed to the
 projector's own batches (``handle_batch_with_retries``) in log order, partitions interleaved, into
 fresh stores. Each repetition runs every configuration once, in turn, so a noisy neighbour costs
 them alike. Reports events/s (wall clock) and events per CPU-second (``time.process_time``), min
 and median over the repetitions, and checks that both engines leave every tenant's inferred graph
-identical. ``--profile ENGINE`` prints cProfile's top functions of one run of that engine instead.
+identical (the core against the Python engine, and the Python engine against the reference).
+``--profile ENGINE`` prints cProfile's top functions of one run of that engine instead.
 Prints one JSON object.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 from engram.projections import tenant_graph
 from engram.projections.knowledge import DEFAULT_RULES_DIR, Knowledge, load_knowledge
+from engram.projections.rules.core import CoreEngine
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.stores import TenantStores
 from engram.projections.terms import GRAPHS
@@ -43,7 +46,7 @@ from bench.throughput import workload
 from tests.projections.rules.reference.engine import RuleEngine as ReferenceEngine
 
 PARTITIONS = 6
-CONFIGS = ("off", "old", "new")
+CONFIGS = ("off", "old", "new", "core")
 
 
 def records(n: int, tenants: int, keys: KeyStore) -> list[Record]:
@@ -65,7 +68,7 @@ def knowledge_for(config: str, root: Path) -> Knowledge:
         (root / "no-rules" / "none.dlog").write_text("# the rules off: no rule at all\n")
         return load_knowledge(rules_dir=root / "no-rules")
     knowledge = load_knowledge(rules_dir=DEFAULT_RULES_DIR)
-    engine = RuleEngine if config == "new" else ReferenceEngine
+    engine = {"new": RuleEngine, "old": ReferenceEngine, "core": CoreEngine}[config]
     return dataclasses.replace(knowledge, engine=engine(knowledge.engine.program))
 
 
@@ -110,7 +113,9 @@ def main() -> None:
     ap.add_argument("--tenants", type=int, default=100)
     ap.add_argument("--batch", type=int, default=2000, help="records per projector batch")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--engines", default=",".join(CONFIGS), help="of off (no rules), old (reference), new")
+    ap.add_argument(
+        "--engines", default="off,new,core", help="of off (no rules), old (reference), new (Python), core"
+    )
     ap.add_argument("--profile", choices=CONFIGS, help="profile one run of this configuration instead")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument(
@@ -153,7 +158,11 @@ def main() -> None:
             }
         if "old" in graphs and "new" in graphs:
             report["inferred_identical"] = graphs["old"] == graphs["new"]
-            report["inferred_facts"] = sum(text.count("\n") + bool(text) for text in graphs["new"].values())
+        if "core" in graphs and "new" in graphs:
+            report["inferred_identical_core_and_python"] = graphs["core"] == graphs["new"]
+        if any(c in graphs for c in ("new", "core", "old")):
+            some = next(graphs[c] for c in ("new", "core", "old") if c in graphs)
+            report["inferred_facts"] = sum(text.count("\n") + bool(text) for text in some.values())
         print(json.dumps(report, indent=2))
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from engram.projections.knowledge import Knowledge
 from engram.projections.plan import no_facts, plan
+from engram.projections.rules.core import CoreEngine, engine_for
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.rules.program import slice_for
 from engram.projections.tenant_graph import TenantGraph
@@ -74,10 +75,11 @@ def keys_of_many(knowledge: Knowledge, events: Sequence[Event]) -> list[Keys]:
 KEYS = frozenset({e("conflictKey").value, e("stakeholderKey").value})
 
 
-_ENGINES: dict[str, tuple[RuleEngine, list[Quad], frozenset[str] | None]] = {}  # by knowledge digest
+# by knowledge digest
+_ENGINES: dict[str, tuple[RuleEngine | CoreEngine, list[Quad], frozenset[str] | None]] = {}
 
 
-def _keys_engine(knowledge: Knowledge) -> tuple[RuleEngine, list[Quad], frozenset[str] | None]:
+def _keys_engine(knowledge: Knowledge) -> tuple[RuleEngine | CoreEngine, list[Quad], frozenset[str] | None]:
     """The rules that derive the two keys (``rules.program.slice_for``: 8 of the 49 today), the
     ontology's facts they read and the predicates they read (None: any): the pass that derives a
     new memory's keys skips every other rule, and the scratch store holds nothing they do not read."""
@@ -88,7 +90,9 @@ def _keys_engine(knowledge: Knowledge) -> tuple[RuleEngine, list[Quad], frozense
         ontology = [
             q for q in knowledge.ontology.quads(ONTOLOGY) if reads is None or q.predicate.value in reads
         ]
-        found = _ENGINES[knowledge.digest] = (RuleEngine(part.program), ontology, reads)
+        # the engine the tenant's rules run on (the core, unless the Python engine was chosen)
+        choice = "core" if isinstance(knowledge.engine, CoreEngine) else "reference"
+        found = _ENGINES[knowledge.digest] = (engine_for(part.program, choice), ontology, reads)
     return found
 
 
