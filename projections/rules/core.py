@@ -207,7 +207,10 @@ class CoreReasoner:
         state = self._loaded(store, graphs)
         inferred = _call(state.materialize)
         store.remove_graph(graphs.inferred)
-        store.extend(Quad(*_triple(f), graphs.inferred) for f in inferred)  # type: ignore[misc]
+        # the bulk loader, not a transaction: a re-materialisation is marked stale until it is done
+        # (``TenantGraph._rematerialize``), so a crash part-way is re-materialised again on open
+        quads = (Quad(*_triple(f), graphs.inferred) for f in inferred)  # type: ignore[misc]
+        (store.bulk_extend if len(inferred) > 10_000 else store.extend)(quads)
         self.state = state
         log.debug("materialised %d facts in %.3fs (core)", len(inferred), time.monotonic() - started)
         return len(inferred)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -52,7 +53,11 @@ def test_the_shipped_program_runs_on_the_core() -> None:
     assert {"atom", "not", "filter", "bind", "rank"} <= kinds
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("ENGRAM_CORE_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     st.lists(remember(), min_size=2, max_size=6, unique_by=lambda op: op[1]["memory_id"]),
     st.lists(OPS, min_size=1, max_size=24),
