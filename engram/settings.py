@@ -187,8 +187,9 @@ class Settings(BaseSettings):
     rule_engine: Literal["core", "reference"] = Field(
         "core",
         description="What runs the rules: `core`, the compiled incremental engine (engram._core, Rust); "
-        "`reference`, the Python engine it is tested against. A program the core does not evaluate (an "
-        "AGGREGATE) runs on the Python engine either way, with a warning. Read when the rules load.",
+        "`reference`, the Python engine it is tested against. A program the core does not evaluate (a "
+        "SPARQL function it does not know) runs on the Python engine either way, with a warning. Read when "
+        "the rules load.",
     )
     session_timeout_s: float = Field(
         10.0,

@@ -296,6 +296,11 @@ impl Eval<'_> {
         }
     }
 
+    /// A value as (kind, lexical, datatype, language): what DISTINCT compares.
+    pub fn canonical_key(&self, v: &Val) -> Option<(u8, String, String, String)> {
+        self.canonical(v)
+    }
+
     /// A value as (kind, lexical, datatype, language): how two values are the same term.
     fn canonical(&self, v: &Val) -> Option<(u8, String, String, String)> {
         match v {
@@ -532,6 +537,14 @@ fn as_dbl(v: &Value) -> Option<Double> {
         Value::Dbl(x) => Some(*x),
         _ => None,
     }
+}
+
+/// `a + b` with XPath's numeric promotion (a SUM's step); None unless both are numbers.
+pub fn add(a: Value, b: Value) -> Option<Value> {
+    if !is_numeric(&a) || !is_numeric(&b) {
+        return None;
+    }
+    arith(a, b, '+')
 }
 
 /// XPath's numeric promotion: integer < decimal < float < double.

@@ -37,6 +37,31 @@ pub struct RankSpec {
     pub keys: Vec<(Expr, bool)>,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AggFunc {
+    Count,
+    Sum,
+    Min,
+    Max,
+}
+
+#[derive(Debug)]
+pub struct AggOutput {
+    pub func: AggFunc,
+    pub distinct: bool,
+    pub expr: Option<Expr>, // None: `*`
+    pub var: usize,
+}
+
+/// An `AGGREGATE`: its atoms and filters are the rule's `lits` (their solutions are kept, by
+/// group), the FILTERs and BINDs beside it run on each group's row (`outer`).
+#[derive(Debug)]
+pub struct AggSpec {
+    pub group: Vec<usize>,
+    pub outputs: Vec<AggOutput>,
+    pub outer: Vec<Lit>,
+}
+
 #[derive(Debug)]
 pub struct Rule {
     pub source: String,
@@ -44,6 +69,7 @@ pub struct Rule {
     pub nvars: usize,
     pub heads: Vec<Atom>,
     pub rank: Option<RankSpec>,
+    pub aggregate: Option<AggSpec>,
 }
 
 pub enum Unit {
@@ -185,9 +211,52 @@ fn compile_rule(r: &Json, prefixes: &[(String, String)], c: &mut Compiling) -> R
     let source = r["source"].as_str().unwrap_or("").to_owned();
     let mut lits = Vec::new();
     let mut rank = None;
+    let body = r["body"].as_array().ok_or("body")?;
+    let aggregated = body.iter().any(|l| l.get("aggregate").is_some());
+    let mut aggregate: Option<AggSpec> = None;
+    let mut outer: Vec<Lit> = Vec::new();
     let mut negations = Vec::new(); // (index, atoms, declared locals)
-    for l in r["body"].as_array().ok_or("body")? {
-        if let Some(a) = l.get("atom") {
+    for l in body {
+        if let Some(k) = l.get("aggregate") {
+            for a in c.atoms(&k["atoms"])? {
+                lits.push(Lit::Atom(a));
+            }
+            for f in k["filters"].as_array().ok_or("AGGREGATE's filters")? {
+                let e = compile(f.as_str().ok_or("a filter")?, prefixes, c)?;
+                lits.push(Lit::Filter { vars: expr_vars(&e), e });
+            }
+            let group = k["group"]
+                .as_array()
+                .ok_or("AGGREGATE's group")?
+                .iter()
+                .map(|g| g.as_str().map(|n| c.var(n)).ok_or("a group variable"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut outputs = Vec::new();
+            for o in k["outputs"].as_array().ok_or("AGGREGATE's outputs")? {
+                let func = match o["func"].as_str().unwrap_or("") {
+                    "COUNT" => AggFunc::Count,
+                    "SUM" => AggFunc::Sum,
+                    "MIN" => AggFunc::Min,
+                    "MAX" => AggFunc::Max,
+                    other => return Err(format!("the aggregate {other} is not evaluated by the core")),
+                };
+                let text = o["expr"].as_str().ok_or("an aggregate's expression")?.trim();
+                let expr = if text == "*" { None } else { Some(compile(text, prefixes, c)?) };
+                let var = c.var(o["var"].as_str().ok_or("an aggregate's variable")?);
+                outputs.push(AggOutput { func, distinct: o["distinct"].as_bool().unwrap_or(false), expr, var });
+            }
+            aggregate = Some(AggSpec { group, outputs, outer: Vec::new() });
+        } else if aggregated && (l.get("filter").is_some() || l.get("bind").is_some()) {
+            // beside an AGGREGATE: on each group's row, BINDs first, as the SPARQL it replaces
+            if let Some(text) = l.get("filter").and_then(Json::as_str) {
+                let e = compile(text, prefixes, c)?;
+                outer.push(Lit::Filter { vars: expr_vars(&e), e });
+            } else {
+                let e = compile(l["bind"].as_str().ok_or("BIND")?, prefixes, c)?;
+                let var = c.var(l["var"].as_str().ok_or("BIND's variable")?);
+                outer.insert(0, Lit::Bind { vars: expr_vars(&e), e, var });
+            }
+        } else if let Some(a) = l.get("atom") {
             lits.push(Lit::Atom(c.atom(a)?));
         } else if let Some(atoms) = l.get("not") {
             let atoms = c.atoms(atoms)?;
@@ -260,7 +329,13 @@ fn compile_rule(r: &Json, prefixes: &[(String, String)], c: &mut Compiling) -> R
     if lits.len() > 64 {
         return Err("more than 64 body literals in one rule".into());
     }
-    Ok(Rule { source, lits, nvars, heads, rank })
+    if let Some(spec) = aggregate.as_mut() {
+        // BINDs in their order, then the FILTERs
+        let (mut binds, filters): (Vec<Lit>, Vec<Lit>) = outer.into_iter().partition(|l| matches!(l, Lit::Bind { .. }));
+        binds.reverse();
+        spec.outer = binds.into_iter().chain(filters).collect();
+    }
+    Ok(Rule { source, lits, nvars, heads, rank, aggregate })
 }
 
 /// Whether a fact of `head` may match `body` (constants that differ rule it out).
@@ -354,8 +429,8 @@ fn order(rules: &[Rule]) -> Result<Vec<Unit>, String> {
         }
         for &r in &scc {
             let rule = &rules[r];
-            if rule.rank.is_some() {
-                return Err(format!("{}: a RANK in a recursive group", rule.source));
+            if rule.rank.is_some() || rule.aggregate.is_some() {
+                return Err(format!("{}: a RANK or an AGGREGATE in a recursive group", rule.source));
             }
             for l in &rule.lits {
                 if let Lit::Neg { atoms, .. } = l {

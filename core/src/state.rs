@@ -95,6 +95,12 @@ struct Row {
 }
 
 #[derive(Default)]
+struct Aggregated {
+    groups: FxHashMap<Vec<u32>, FxHashMap<Vec<u32>, i32>>, // group key -> its solutions
+    heads: FxHashMap<Vec<u32>, Vec<Fact>>,                  // group key -> what its row derived
+}
+
+#[derive(Default)]
 struct Ranked {
     solutions: FxHashMap<Vec<u32>, i32>,
     sorted: BTreeSet<Row>,
@@ -115,6 +121,7 @@ pub struct State {
     facts: FxHashMap<Fact, u32>,
     unread_base: FxHashSet<Fact>,
     ranked: FxHashMap<usize, Ranked>,
+    aggregated: FxHashMap<usize, Aggregated>,
     recursive: FxHashMap<usize, FxHashSet<Fact>>,
     // during an update: what holds now and did not before (plus), and the reverse (minus)
     plus: Index,
@@ -163,6 +170,7 @@ impl State {
             facts: FxHashMap::default(),
             unread_base: FxHashSet::default(),
             ranked: FxHashMap::default(),
+            aggregated: FxHashMap::default(),
             recursive: FxHashMap::default(),
             plus: Index::default(),
             plus_set: FxHashSet::default(),
@@ -675,6 +683,97 @@ impl State {
         self.ranked.insert(ri, state);
     }
 
+    fn aggregate_unit(&mut self, ri: usize, full: bool) {
+        let prog = self.prog.clone();
+        let r = &prog.rules[ri];
+        let spec = r.aggregate.as_ref().unwrap();
+        let mut changes: FxHashMap<Vec<u32>, i32> = FxHashMap::default();
+        if full {
+            self.solve(r, all_lits(r), &mut vec![NONE; r.nvars], ALL, &mut |sol| {
+                *changes.entry(sol.to_vec()).or_insert(0) += 1;
+            });
+        } else {
+            self.delta(r, &mut |sol, sign| *changes.entry(sol.to_vec()).or_insert(0) += sign);
+        }
+        let mut state = self.aggregated.remove(&ri).unwrap_or_default();
+        let mut affected: FxHashSet<Vec<u32>> = FxHashSet::default();
+        if full && spec.group.is_empty() {
+            affected.insert(Vec::new()); // no GROUP BY: one row, even over no solution
+        }
+        for (sol, d) in changes {
+            if d == 0 {
+                continue;
+            }
+            let key: Vec<u32> = spec.group.iter().map(|&v| sol[v]).collect();
+            let group = state.groups.entry(key.clone()).or_default();
+            let count = group.entry(sol.clone()).or_insert(0);
+            *count += d;
+            assert!(*count >= 0, "{}: AGGREGATE solution count below zero", r.source);
+            if *count == 0 {
+                group.remove(&sol);
+            }
+            if group.is_empty() {
+                state.groups.remove(&key);
+            }
+            affected.insert(key);
+        }
+        let empty = FxHashMap::default();
+        for key in affected {
+            let new = match state.groups.get(&key) {
+                Some(group) => self.group_row(r, &key, group),
+                None if spec.group.is_empty() => self.group_row(r, &key, &empty),
+                None => Vec::new(),
+            };
+            let old = state.heads.remove(&key).unwrap_or_default();
+            let (old_set, new_set): (FxHashSet<Fact>, FxHashSet<Fact>) =
+                (old.iter().copied().collect(), new.iter().copied().collect());
+            for &f in old_set.difference(&new_set) {
+                self.adjust(f, -1);
+            }
+            for &f in new_set.difference(&old_set) {
+                self.adjust(f, 1);
+            }
+            if !new_set.is_empty() {
+                state.heads.insert(key, new_set.into_iter().collect());
+            }
+        }
+        self.aggregated.insert(ri, state);
+    }
+
+    /// A group's row (its key, each output over its solutions, then the BINDs and FILTERs beside
+    /// the AGGREGATE) and the heads it derives.
+    fn group_row(&self, r: &Rule, key: &[u32], solutions: &FxHashMap<Vec<u32>, i32>) -> Vec<Fact> {
+        let spec = r.aggregate.as_ref().unwrap();
+        let mut b = vec![NONE; r.nvars];
+        for (i, &v) in spec.group.iter().enumerate() {
+            b[v] = key[i];
+        }
+        for out in &spec.outputs {
+            let value = {
+                let terms = self.terms.borrow();
+                aggregate(out, solutions.keys(), &terms)
+            };
+            b[out.var] = match value {
+                Some(v) => self.terms.borrow_mut().literal(&v).unwrap_or(NONE),
+                None => NONE,
+            };
+        }
+        for lit in &spec.outer {
+            match lit {
+                Lit::Bind { e, var, .. } => b[*var] = self.eval_term(e, &b),
+                Lit::Filter { e, .. } => {
+                    if !self.eval_ok(e, &b) {
+                        return Vec::new();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        self.instantiate(&r.heads, &b, &mut |f| out.push(f));
+        out
+    }
+
     /// A RANK's limit as a number of positions: none when it is not a number (as the reference).
     fn count_of(&self, id: u32) -> i64 {
         if id == NONE {
@@ -734,6 +833,8 @@ impl State {
                     }
                     if r.rank.is_some() {
                         self.ranked_unit(*ri, full);
+                    } else if r.aggregate.is_some() {
+                        self.aggregate_unit(*ri, full);
                     } else {
                         self.counted(*ri, full);
                     }
@@ -764,6 +865,7 @@ impl State {
             }
         }
         self.ranked.clear();
+        self.aggregated.clear();
         self.recursive.clear();
         self.begin();
         self.tracking = false;
@@ -831,5 +933,66 @@ fn term_key(terms: &Terms, id: u32) -> SortKey {
         IRI => SortKey::Iri(text),
         BLANK => SortKey::Blank(text),
         _ => SortKey::Literal(terms.value(id).unwrap_or(Value::Other), text),
+    }
+}
+
+/// COUNT, SUM, MIN or MAX of an output's expression over a group's solutions (each once: a
+/// solution binds every variable of the atoms); None when SPARQL's would be an error (a SUM over
+/// something not a number; a MIN or MAX over nothing).
+fn aggregate<'a>(
+    out: &crate::program::AggOutput,
+    solutions: impl Iterator<Item = &'a Vec<u32>>,
+    terms: &Terms,
+) -> Option<Value> {
+    use crate::program::AggFunc;
+    let mut values: Vec<Option<Val>> = Vec::new();
+    let mut seen: FxHashSet<(u8, String, String, String)> = FxHashSet::default();
+    for sol in solutions {
+        let eval = Eval { terms, binding: sol };
+        let value = match &out.expr {
+            None => Some(Val::Term(0)), // COUNT(*): each solution
+            Some(e) => eval.eval(e),
+        };
+        if out.distinct && out.expr.is_some() {
+            if let Some(v) = &value {
+                if !seen.insert(eval.canonical_key(v)?) {
+                    continue;
+                }
+            }
+        }
+        values.push(value);
+    }
+    match out.func {
+        AggFunc::Count => Some(Value::Int(Integer::from(values.iter().flatten().count() as i64))),
+        AggFunc::Sum => {
+            let mut total = Value::Int(Integer::from(0));
+            for v in values {
+                let eval = Eval { terms, binding: &[] };
+                let n = eval.value(&v?)?;
+                total = crate::expr::add(total, n)?;
+            }
+            Some(total)
+        }
+        AggFunc::Min | AggFunc::Max => {
+            let mut best: Option<(SortKey, Value)> = None;
+            for v in values.into_iter().flatten() {
+                let key = match &v {
+                    Val::Term(id) => term_key(terms, *id),
+                    Val::Lit(x) => SortKey::Literal(x.clone(), crate::expr::lexical(x).map(|l| l.0).unwrap_or_default().into()),
+                };
+                let value = Eval { terms, binding: &[] }.value(&v).unwrap_or(Value::Other);
+                let better = match &best {
+                    None => true,
+                    Some((k, _)) => {
+                        let o = cmp_key(&key, k);
+                        if out.func == AggFunc::Min { o == Ordering::Less } else { o == Ordering::Greater }
+                    }
+                };
+                if better {
+                    best = Some((key, value));
+                }
+            }
+            best.map(|(_, v)| v).filter(|v| !matches!(v, Value::Other))
+        }
     }
 }

@@ -7,7 +7,8 @@ the derivations the batch touches. The store stays the read model: it receives t
 facts gained and lost, and ``explain`` reads them there (as the Python engine does).
 
 ``ENGRAM_RULE_ENGINE=reference`` runs the Python engine (``engine.RuleEngine``) instead; it is
-also what a program the core does not evaluate (an AGGREGATE, say) falls back to, with a warning.
+also what a program the core does not evaluate (a SPARQL function it does not know, say) falls
+back to, with a warning.
 """
 
 from __future__ import annotations
@@ -95,7 +96,20 @@ def _rule_data(rule: Rule) -> dict[str, Any]:
                     }
                 )
             case Aggregate():
-                raise Unsupported(f"{rule.source}: AGGREGATE is evaluated by the Python engine only")
+                outputs = [
+                    {"func": o.func, "expr": o.expr, "var": o.var, "distinct": o.distinct}
+                    for o in literal.outputs
+                ]
+                body.append(
+                    {
+                        "aggregate": {
+                            "atoms": [_atom_data(a) for a in literal.atoms],
+                            "filters": [f.expr for f in literal.filters],
+                            "group": list(literal.group),
+                            "outputs": outputs,
+                        }
+                    }
+                )
     return {"source": rule.source, "heads": [_atom_data(h) for h in rule.heads], "body": body}
 
 
