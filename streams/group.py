@@ -51,10 +51,11 @@ def projector_group(settings: Settings, objects: Objects) -> str:
         return f"{settings.consumer_group}-{objects.get(GROUP_KEY).decode().strip()}"
     except MissingObject:
         pass
-    objects.put(GROUP_KEY, own.removeprefix(f"{settings.consumer_group}-").encode())
-    # two first processes starting at once (compose) each wrote theirs, within moments of each
-    # other: read back after both have, and both keep the one written last
-    time.sleep(SETTLE_S)
+    # processes starting at once (compose) race to create it: exactly one does, the others read its
+    # id. A store that ignores the condition (an S3 server without conditional writes) lets each
+    # write theirs: then all keep the one written last, read back once every racer has written
+    if objects.put_new(GROUP_KEY, own.removeprefix(f"{settings.consumer_group}-").encode()):
+        time.sleep(SETTLE_S)
     return f"{settings.consumer_group}-{objects.get(GROUP_KEY).decode().strip()}"
 
 

@@ -70,6 +70,7 @@ class Objects(Protocol):
     """Whole objects by key; a put replaces the object atomically (readers see old or new)."""
 
     def put(self, key: str, data: bytes) -> None: ...
+    def put_new(self, key: str, data: bytes) -> bool: ...
     def get(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
     def list(self, prefix: str = "") -> list[str]: ...
@@ -108,6 +109,29 @@ class LocalObjects:
         finally:
             tmp.unlink(missing_ok=True)
         sync_dir(path.parent)  # the rename itself is durable once its dir is synced
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Puts the object only if there is none under ``key`` (a hard link cannot replace a file):
+        True if this call created it. Of processes racing to create one, exactly one does."""
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise ValueError(f"object key {key!r} is under an existing object's key") from exc
+        tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        sync_dir(path.parent)
+        return True
 
     def get(self, key: str) -> bytes:
         try:
@@ -203,6 +227,21 @@ class S3Objects:
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=check_key(key), Body=data)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """A conditional PutObject (``If-None-Match: *``): False when an object is there already.
+        AWS S3 honours the condition; s3proxy 2.6 ignores it (measured: six racers all "created"),
+        so a key seen to exist first is False here too, and racers that must agree on what was
+        created read the key back once they all have written (``streams.group``)."""
+        if self.exists(key):
+            return False
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=check_key(key), Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if _status(exc) in (409, 412):  # the object exists (412), or a concurrent put won (409)
+                return False
+            raise
+        return True
 
     def get(self, key: str) -> bytes:
         try:

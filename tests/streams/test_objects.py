@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,25 @@ def test_put_replaces_and_is_idempotent(objects: Objects) -> None:
     objects.put("a/k", b"second, longer")
     assert objects.get("a/k") == b"second, longer"
     assert objects.list() == ["a/k"]  # one object, and no temporary file shows
+
+
+def test_put_new_never_replaces(objects: Objects) -> None:
+    assert objects.put_new("once/id", b"first") is True
+    assert objects.put_new("once/id", b"late") is False
+    assert objects.get("once/id") == b"first"
+    assert objects.list("once/") == ["once/id"]  # no temporary left beside it
+
+
+def test_local_put_new_creates_once_among_racers(tmp_path: Path) -> None:
+    """Of racers creating one key, exactly one does and every racer then reads its object (a hard
+    link cannot replace a file). S3 servers differ: AWS honours ``If-None-Match``, s3proxy does not."""
+    objects = LocalObjects(tmp_path)
+    for round_ in range(20):
+        key = f"race/{round_}"
+        with ThreadPoolExecutor(6) as pool:
+            created = list(pool.map(lambda i, key=key: objects.put_new(key, f"racer {i}".encode()), range(6)))
+        assert created.count(True) == 1
+        assert objects.get(key) == f"racer {created.index(True)}".encode()
 
 
 def test_list_by_prefix_is_sorted(objects: Objects) -> None:
