@@ -17,17 +17,17 @@ from engram.projections.knowledge import Knowledge
 from engram.projections.rules.core import CoreEngine, Unsupported, engine_for, program_data
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.rules.syntax import parse_rules
-from engram.projections.tenant_graph import Step, TenantGraph
+from engram.projections.tenant_graph import TenantGraph
 from engram.projections.terms import GRAPHS
-from engram.schemas.events import Position
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyoxigraph import Literal, NamedNode, Quad, Store, Triple
+from pyoxigraph import Store
 
-from tests.projections.rules.test_differential import explained
-from tests.projections.rules.test_engine import BASE, EX, INF, REACH, edge, full, node
+from tests.projections.rules.test_differential import batches, explained
+from tests.projections.rules.test_engine import EX, INF, REACH, change, full, seeded, write
 from tests.projections.rules.test_engine import GRAPHS as ENGINE_GRAPHS
-from tests.projections.rules.test_incremental import OPS, built, knowledge_with_cap, remember
+from tests.projections.rules.test_engine import OPS as REACH_OPS
+from tests.projections.rules.test_incremental import OPS, knowledge_with_cap, remember
 from tests.tenant import Tenant, from_scratch
 
 
@@ -73,15 +73,7 @@ def test_core_equals_python_engine_after_every_batch(
         core_knowledge, python_knowledge = engines(Path(tmp))
         core = TenantGraph(Path(tmp) / "core", core_knowledge)
         python = TenantGraph(Path(tmp) / "python", python_knowledge)
-        steps = [
-            Step(Position(0, offset, 1_764_547_200_000 + offset * 1000), ev)
-            for offset, (etype, payload) in enumerate(setup + ops)
-            if (ev := built(etype, payload)) is not None
-        ]
-        cuts = iter(sizes * len(steps))
-        start = 0
-        while start < len(steps):
-            batch = steps[start : start + next(cuts)]
+        for batch in batches(setup, ops, sizes):
             core.commit_planned(core.plan(batch))
             python.commit_planned(python.plan(batch))
             where = f"after the batch ending at {batch[-1]}"
@@ -93,7 +85,6 @@ def test_core_equals_python_engine_after_every_batch(
                 assert explained(core_knowledge.engine.explain(core.store, GRAPHS, fact)) == explained(
                     python_knowledge.engine.explain(python.store, GRAPHS, fact)
                 ), f"{where}: {fact}"
-            start += len(batch)
         del core, python
 
 
@@ -105,15 +96,7 @@ def _state_facts(graph: TenantGraph) -> set:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(
-        st.tuples(
-            st.booleans(), st.integers(0, 4), st.integers(0, 4), st.sampled_from(["edge"] * 4 + ["top", "k"])
-        ),
-        min_size=1,
-        max_size=30,
-    )
-)
+@given(REACH_OPS)
 def test_core_equals_python_engine_on_recursion_negation_aggregates_and_rank(
     ops: list[tuple[bool, int, int, str]],
 ) -> None:
@@ -125,35 +108,16 @@ def test_core_equals_python_engine_on_recursion_negation_aggregates_and_rank(
         REACH + "[:all, :edges, ?n] :- AGGREGATE([?x, :edge, ?y] ON BIND COUNT(*) AS ?n) .\n"
     )
     core, python = CoreEngine(program), RuleEngine(program)
-    cfg, k = NamedNode(EX + "cfg"), NamedNode(EX + "k")
     with tempfile.TemporaryDirectory() as tmp:
-        stores = {"core": Store(f"{tmp}/core"), "python": Store(f"{tmp}/python")}
+        stores = {"core": seeded(Store(f"{tmp}/core")), "python": seeded(Store(f"{tmp}/python"))}
         reasoners = {"core": core.reasoner(), "python": python.reasoner()}
         for name, store in stores.items():
-            store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(5))
-            store.add(Quad(cfg, k, Literal(2), BASE))
             reasoners[name].materialize(store, ENGINE_GRAPHS)
         for add, a, b, kind in ops:
-            store = stores["core"]
-            added: list[Triple] = []
-            removed: list[Triple] = []
-            if kind == "k":
-                removed = [q.triple for q in store.quads_for_pattern(cfg, k, None, BASE)]
-                added = [Triple(cfg, k, Literal(b))]
-            else:
-                fact = (
-                    edge(a, b)
-                    if kind == "edge"
-                    else Triple(node(a), NamedNode(EX + "top"), Literal(b % 3 + 1))
-                )
-                (added if add else removed).append(fact)
-            removed = [f for f in removed if Quad(*f, BASE) in store and f not in added]
-            added = [f for f in added if Quad(*f, BASE) not in store]
-            for name, each in stores.items():
-                each.extend(Quad(*f, BASE) for f in added)
-                for f in removed:
-                    each.remove(Quad(*f, BASE))
-                reasoners[name].update(each, ENGINE_GRAPHS, added, removed)
+            added, removed = change(stores["core"], add, a, b, kind)
+            for name, store in stores.items():
+                write(store, added, removed)
+                reasoners[name].update(store, ENGINE_GRAPHS, added, removed)
             where = f"after {kind} {'+' if add else '-'}{a}->{b}"
             mine = {q.triple for q in stores["core"].quads_for_pattern(None, None, None, INF)}
             theirs = {q.triple for q in stores["python"].quads_for_pattern(None, None, None, INF)}
@@ -162,7 +126,7 @@ def test_core_equals_python_engine_on_recursion_negation_aggregates_and_rank(
         assert any(
             q.predicate.value == EX + "edges" for q in stores["core"].quads_for_pattern(None, None, None, INF)
         )
-        del stores, reasoners, store, each  # every RocksDB handle closed before the directory goes
+        del stores, reasoners, store  # every RocksDB handle closed before the directory goes
 
 
 def test_an_aggregate_over_nothing_without_groups_is_one_row() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,23 @@ def explained(derivations: Any) -> list[Any]:
         inputs = [(str(i.fact), i.asserted, explained(i.because)) for i in derivation.inputs]
         out.append((derivation.rule.source, bindings, inputs))
     return sorted(out, key=repr)
+
+
+def batches(
+    setup: list[tuple[str, dict]], ops: list[tuple[str, dict]], sizes: list[int]
+) -> Iterator[list[Step]]:
+    """The generated events as one partition's records, cut in batches of the ``sizes`` in turn."""
+    steps = [
+        Step(Position(0, offset, 1_764_547_200_000 + offset * 1000), ev)
+        for offset, (etype, payload) in enumerate(setup + ops)
+        if (ev := built(etype, payload)) is not None
+    ]
+    cuts = iter(sizes * len(steps))
+    start = 0
+    while start < len(steps):
+        batch = steps[start : start + next(cuts)]
+        yield batch
+        start += len(batch)
 
 
 def engines(tmp: Path) -> tuple[Knowledge, Knowledge]:
@@ -69,15 +87,7 @@ def test_compiled_engine_equals_reference_engine_after_every_batch(
         compiled_knowledge, reference_knowledge = engines(Path(tmp))
         compiled = TenantGraph(Path(tmp) / "compiled", compiled_knowledge)
         reference = TenantGraph(Path(tmp) / "reference", reference_knowledge)
-        steps = [
-            Step(Position(0, offset, 1_764_547_200_000 + offset * 1000), ev)
-            for offset, (etype, payload) in enumerate(setup + ops)
-            if (ev := built(etype, payload)) is not None
-        ]
-        cuts = iter(sizes * len(steps))
-        start = 0
-        while start < len(steps):
-            batch = steps[start : start + next(cuts)]
+        for batch in batches(setup, ops, sizes):
             compiled.commit_planned(compiled.plan(batch))
             reference.commit_planned(reference.plan(batch))
             where = f"after the batch ending at {batch[-1]}"
@@ -90,5 +100,4 @@ def test_compiled_engine_equals_reference_engine_after_every_batch(
                 ) == explained(
                     reference_knowledge.engine.explain(reference.store, GRAPHS, fact)  # type: ignore[arg-type]
                 ), f"{where}: {fact}"
-            start += len(batch)
         del compiled, reference

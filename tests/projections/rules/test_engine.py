@@ -48,46 +48,55 @@ def full(engine: RuleEngine, store: Store) -> set[Triple]:
 
 
 KINDS = ["edge"] * 4 + ["top", "k"]  # mostly edges
+CFG, K = NamedNode(EX + "cfg"), NamedNode(EX + "k")
+OPS = st.lists(
+    st.tuples(st.booleans(), st.integers(0, 4), st.integers(0, 4), st.sampled_from(KINDS)),
+    min_size=1,
+    max_size=30,
+)
+
+
+def seeded(store: Store) -> Store:
+    """Five nodes and the RANK's limit, 2: what REACH's random changes start from."""
+    store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(5))
+    store.add(Quad(CFG, K, Literal(2), BASE))
+    return store
+
+
+def change(store: Store, add: bool, a: int, b: int, kind: str) -> tuple[list[Triple], list[Triple]]:
+    """The base facts one random change adds and removes, net against ``store`` (not yet written):
+    an edge, a fact like the RANK's heads, or the limit set to ``b``."""
+    added: list[Triple] = []
+    removed: list[Triple] = []
+    if kind == "k":
+        removed = [q.triple for q in store.quads_for_pattern(CFG, K, None, BASE)]
+        added = [Triple(CFG, K, Literal(b))]
+    else:
+        fact = edge(a, b) if kind == "edge" else Triple(node(a), NamedNode(EX + "top"), Literal(b % 3 + 1))
+        (added if add else removed).append(fact)
+    removed = [f for f in removed if Quad(*f, BASE) in store and f not in added]
+    added = [f for f in added if Quad(*f, BASE) not in store]
+    return added, removed
+
+
+def write(store: Store, added: list[Triple], removed: list[Triple]) -> None:
+    store.extend(Quad(*f, BASE) for f in added)
+    for f in removed:
+        store.remove(Quad(*f, BASE))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(
-        st.tuples(
-            st.booleans(), st.integers(0, 4), st.integers(0, 4), st.sampled_from(["edge"] * 4 + ["top", "k"])
-        ),
-        min_size=1,
-        max_size=30,
-    )
-)
+@given(OPS)
 def test_recursive_program_incremental_equals_full(ops: list[tuple[bool, int, int, str]]) -> None:
     """Edges added and removed; now and then a fact like the RANK's heads asserted or retracted, or
     its limit changed to another number (0 to 4)."""
     engine = RuleEngine(parse_rules(REACH))
-    cfg, k = NamedNode(EX + "cfg"), NamedNode(EX + "k")
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(tmp)
-        store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(5))
-        store.add(Quad(cfg, k, Literal(2), BASE))
+        store = seeded(Store(tmp))
         engine.materialize(store, GRAPHS)
         for add, a, b, kind in ops:
-            added: list[Triple] = []
-            removed: list[Triple] = []
-            if kind == "k":
-                removed = [q.triple for q in store.quads_for_pattern(cfg, k, None, BASE)]
-                added = [Triple(cfg, k, Literal(b))]
-            else:
-                fact = (
-                    edge(a, b)
-                    if kind == "edge"
-                    else Triple(node(a), NamedNode(EX + "top"), Literal(b % 3 + 1))
-                )
-                (added if add else removed).append(fact)
-            removed = [f for f in removed if Quad(*f, BASE) in store and f not in added]
-            added = [f for f in added if Quad(*f, BASE) not in store]
-            store.extend(Quad(*f, BASE) for f in added)
-            for f in removed:
-                store.remove(Quad(*f, BASE))
+            added, removed = change(store, add, a, b, kind)
+            write(store, added, removed)
             engine.update(store, GRAPHS, added, removed)
             inferred = {q.triple for q in store.quads_for_pattern(None, None, None, INF)}
             assert inferred == full(engine, store), f"after {kind} {'+' if add else '-'}{a}->{b}"
