@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -92,6 +93,20 @@ class LocalObjects:
         return self.root.joinpath(*check_key(key).split("/"))
 
     def put(self, key: str, data: bytes) -> None:
+        self._write(key, data, os.replace)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Puts the object only if there is none under ``key`` (a hard link cannot replace a file):
+        True if this call created it. Of processes racing to create one, exactly one does."""
+        try:
+            self._write(key, data, os.link)
+        except FileExistsError:
+            return False
+        return True
+
+    def _write(self, key: str, data: bytes, place: Callable[[Path, Path], None]) -> None:
+        """``data`` written and synced beside the target, then ``place``d there (a rename replaces,
+        a link does not), the directory synced: a crash leaves the old object or the new one."""
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,33 +120,10 @@ class LocalObjects:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            place(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-        sync_dir(path.parent)  # the rename itself is durable once its dir is synced
-
-    def put_new(self, key: str, data: bytes) -> bool:
-        """Puts the object only if there is none under ``key`` (a hard link cannot replace a file):
-        True if this call created it. Of processes racing to create one, exactly one does."""
-        path = self._path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise ValueError(f"object key {key!r} is under an existing object's key") from exc
-        tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-        finally:
-            tmp.unlink(missing_ok=True)
-        sync_dir(path.parent)
-        return True
+        sync_dir(path.parent)  # the rename or link itself is durable once its dir is synced
 
     def get(self, key: str) -> bytes:
         try:

@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from engram.projections.rules.compile import Binding
 from engram.projections.rules.derivations import Derivation
 from engram.projections.rules.engine import RuleEngine
 from engram.projections.rules.program import (
@@ -53,10 +52,6 @@ else:
 
 class Unsupported(ValueError):
     """A program the core does not evaluate (the reason says what)."""
-
-
-def available() -> bool:
-    return _core is not None
 
 
 def _term_data(term: Term) -> dict[str, Any]:
@@ -241,15 +236,8 @@ class CoreReasoner:
             gained, lost = list(want - have), list(have - want)
             self.state = state
         else:
-            base = frozenset(graphs.base)
-            gone = [
-                fact
-                for fact in dict.fromkeys(removed)
-                if not any(
-                    q.graph_name in base
-                    for q in store.quads_for_pattern(fact.subject, fact.predicate, fact.object)
-                )
-            ]
+            # a fact removed from the asserted graph but still in the ontology is not gone
+            gone = [fact for fact in dict.fromkeys(removed) if not RuleEngine._in(store, fact, graphs.base)]
             state, self.state = self.state, None  # kept again only once the update went through
             plus, minus = _call(state.update, self.engine.relevant(added), self.engine.relevant(gone))
             self.state = state
@@ -296,4 +284,4 @@ def engine_for(program: Program, choice: str = "core") -> RuleEngine | CoreEngin
         return reference
 
 
-__all__ = ["Binding", "CoreEngine", "CoreReasoner", "Unsupported", "available", "engine_for"]
+__all__ = ["CoreEngine", "CoreReasoner", "Unsupported", "engine_for"]
