@@ -143,12 +143,17 @@ fn bits(mut m: u64) -> impl Iterator<Item = usize> {
     })
 }
 
-fn all_lits(r: &Rule) -> u64 {
-    if r.lits.len() == 64 {
+/// The first `n` bits: every literal of a body (at most 64), or every atom of a NOT.
+fn first(n: usize) -> u64 {
+    if n >= 64 {
         u64::MAX
     } else {
-        (1u64 << r.lits.len()) - 1
+        (1u64 << n) - 1
     }
+}
+
+fn all_lits(r: &Rule) -> u64 {
+    first(r.lits.len())
 }
 
 fn bound_mask(b: &[u32]) -> u64 {
@@ -390,7 +395,7 @@ impl State {
         for v in bits(locals) {
             inner[v] = NONE;
         }
-        let todo = if atoms.len() == 64 { u64::MAX } else { (1u64 << atoms.len()) - 1 };
+        let todo = first(atoms.len());
         !self.join(atoms, todo, &mut inner, when, &mut |_| false)
     }
 
@@ -510,7 +515,7 @@ impl State {
                 }
                 Lit::Neg { atoms, locals, outer } => {
                     let mut affected: FxHashSet<Vec<u32>> = FxHashSet::default();
-                    let every = if atoms.len() == 64 { u64::MAX } else { (1u64 << atoms.len()) - 1 };
+                    let every = first(atoms.len());
                     for (k, a) in atoms.iter().enumerate() {
                         for changes in [&self.plus, &self.minus] {
                             let (s, p, o) = (self.c(a.t[0], &[]), self.c(a.t[1], &[]), self.c(a.t[2], &[]));
@@ -595,18 +600,9 @@ impl State {
     fn row(&self, r: &Rule, sol: &[u32]) -> Row {
         let spec = r.rank.as_ref().unwrap();
         let terms = self.terms.borrow();
-        let key_of = |val: Option<Val>| -> SortKey {
-            match val {
-                None => SortKey::Unbound,
-                Some(Val::Term(id)) => term_key(&terms, id),
-                Some(Val::Lit(v)) => {
-                    let lex = crate::expr::lexical(&v).map(|l| l.0).unwrap_or_default();
-                    SortKey::Literal(v, lex.into())
-                }
-            }
-        };
         let eval = Eval { terms: &terms, binding: sol };
-        let mut keys: Vec<Keyed> = spec.keys.iter().map(|(e, desc)| Keyed(key_of(eval.eval(e)), *desc)).collect();
+        let mut keys: Vec<Keyed> =
+            spec.keys.iter().map(|(e, desc)| Keyed(sort_key(&terms, eval.eval(e)), *desc)).collect();
         // then STR(?item) and the limit, as the reference's ORDER BY: a total order
         let item = sol[spec.item];
         let text = if item == NONE { String::new() } else { terms.text(item).to_string() };
@@ -616,10 +612,8 @@ impl State {
         Row { keys, sol: sol.to_vec() }
     }
 
-    fn ranked_unit(&mut self, ri: usize, full: bool) {
-        let prog = self.prog.clone();
-        let r = &prog.rules[ri];
-        let spec = r.rank.as_ref().unwrap();
+    /// The rule's body solutions that the update gained (+) and lost (-), or all of them (`full`).
+    fn solution_changes(&self, r: &Rule, full: bool) -> FxHashMap<Vec<u32>, i32> {
         let mut changes: FxHashMap<Vec<u32>, i32> = FxHashMap::default();
         if full {
             self.solve(r, all_lits(r), &mut vec![NONE; r.nvars], ALL, &mut |sol| {
@@ -628,6 +622,28 @@ impl State {
         } else {
             self.delta(r, &mut |sol, sign| *changes.entry(sol.to_vec()).or_insert(0) += sign);
         }
+        changes
+    }
+
+    /// What a RANK's top or an AGGREGATE's row derives now in place of `old`: one derivation less
+    /// for each fact no longer derived, one more for each new one; returns the new facts, once each.
+    fn replace(&mut self, old: &[Fact], new: Vec<Fact>) -> Vec<Fact> {
+        let old: FxHashSet<Fact> = old.iter().copied().collect();
+        let new: FxHashSet<Fact> = new.into_iter().collect();
+        for &f in old.difference(&new) {
+            self.adjust(f, -1);
+        }
+        for &f in new.difference(&old) {
+            self.adjust(f, 1);
+        }
+        new.into_iter().collect()
+    }
+
+    fn ranked_unit(&mut self, ri: usize, full: bool) {
+        let prog = self.prog.clone();
+        let r = &prog.rules[ri];
+        let spec = r.rank.as_ref().unwrap();
+        let changes = self.solution_changes(r, full);
         let mut state = self.ranked.remove(&ri).unwrap_or_default();
         let mut moved = full;
         for (sol, d) in changes {
@@ -670,15 +686,7 @@ impl State {
                 b[spec.var] = self.terms.borrow_mut().literal(&Value::Int(Integer::from(position))).unwrap();
                 self.instantiate(&r.heads, &b, &mut |f| top.push(f));
             }
-            let old: FxHashSet<Fact> = state.top.iter().copied().collect();
-            let new: FxHashSet<Fact> = top.iter().copied().collect();
-            for &f in old.difference(&new) {
-                self.adjust(f, -1);
-            }
-            for &f in new.difference(&old) {
-                self.adjust(f, 1);
-            }
-            state.top = new.into_iter().collect();
+            state.top = self.replace(&state.top, top);
         }
         self.ranked.insert(ri, state);
     }
@@ -687,14 +695,7 @@ impl State {
         let prog = self.prog.clone();
         let r = &prog.rules[ri];
         let spec = r.aggregate.as_ref().unwrap();
-        let mut changes: FxHashMap<Vec<u32>, i32> = FxHashMap::default();
-        if full {
-            self.solve(r, all_lits(r), &mut vec![NONE; r.nvars], ALL, &mut |sol| {
-                *changes.entry(sol.to_vec()).or_insert(0) += 1;
-            });
-        } else {
-            self.delta(r, &mut |sol, sign| *changes.entry(sol.to_vec()).or_insert(0) += sign);
-        }
+        let changes = self.solution_changes(r, full);
         let mut state = self.aggregated.remove(&ri).unwrap_or_default();
         let mut affected: FxHashSet<Vec<u32>> = FxHashSet::default();
         if full && spec.group.is_empty() {
@@ -725,16 +726,9 @@ impl State {
                 None => Vec::new(),
             };
             let old = state.heads.remove(&key).unwrap_or_default();
-            let (old_set, new_set): (FxHashSet<Fact>, FxHashSet<Fact>) =
-                (old.iter().copied().collect(), new.iter().copied().collect());
-            for &f in old_set.difference(&new_set) {
-                self.adjust(f, -1);
-            }
-            for &f in new_set.difference(&old_set) {
-                self.adjust(f, 1);
-            }
-            if !new_set.is_empty() {
-                state.heads.insert(key, new_set.into_iter().collect());
+            let kept = self.replace(&old, new);
+            if !kept.is_empty() {
+                state.heads.insert(key, kept);
             }
         }
         self.aggregated.insert(ri, state);
@@ -927,6 +921,19 @@ impl State {
     }
 }
 
+/// How ORDER BY (a RANK's keys) and MIN/MAX order a value: unbound first, then blank nodes, IRIs,
+/// literals (by value where comparable, else by lexical form).
+fn sort_key(terms: &Terms, val: Option<Val>) -> SortKey {
+    match val {
+        None => SortKey::Unbound,
+        Some(Val::Term(id)) => term_key(terms, id),
+        Some(Val::Lit(v)) => {
+            let lex = crate::expr::lexical(&v).map(|l| l.0).unwrap_or_default();
+            SortKey::Literal(v, lex.into())
+        }
+    }
+}
+
 fn term_key(terms: &Terms, id: u32) -> SortKey {
     let text: Box<str> = terms.text(id).into();
     match terms.kind(id) {
@@ -976,10 +983,7 @@ fn aggregate<'a>(
         AggFunc::Min | AggFunc::Max => {
             let mut best: Option<(SortKey, Value)> = None;
             for v in values.into_iter().flatten() {
-                let key = match &v {
-                    Val::Term(id) => term_key(terms, *id),
-                    Val::Lit(x) => SortKey::Literal(x.clone(), crate::expr::lexical(x).map(|l| l.0).unwrap_or_default().into()),
-                };
+                let key = sort_key(terms, Some(v.clone()));
                 let value = Eval { terms, binding: &[] }.value(&v).unwrap_or(Value::Other);
                 let better = match &best {
                     None => true,
