@@ -227,7 +227,7 @@ async def measure(
 
 
 def run_size(base: Any, n: int, turns: int, warmup: int, wait: bool = False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         settings = isolated_settings(base, Path(tmp) / "data", partitions=1)
         asyncio.run(ensure_topics(settings))
         os.environ["ENGRAM_EMBEDDER"] = "hashing"  # the server's, for recall and context queries

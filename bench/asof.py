@@ -130,7 +130,7 @@ def main() -> None:
     base = load_settings()
     kafka_local.start(base)
     out: dict[str, Any] = {"events": args.events, "snapshot_every": args.every}
-    with tempfile.TemporaryDirectory(prefix="engram-bench-asof-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="engram-bench-asof-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         settings = isolated_settings(base, root / "data", partitions=1)
         asyncio.run(ensure_topics(settings))

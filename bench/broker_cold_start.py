@@ -24,7 +24,7 @@ def main(runs: int = 3) -> None:
     fetch = time.monotonic() - t0
     cold, warm = [], []
     for _ in range(runs):
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
             s = load_settings(
                 data_dir=Path(tmp),
                 cache_dir=base.cache_dir,

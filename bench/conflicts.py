@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pairwise", action="store_true", help="also measure the old pairwise rule")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         engines = {"sets": load_knowledge()}
         if args.pairwise:

@@ -231,7 +231,7 @@ def summary(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 
 def run_size(base: Any, n: int, loads: int, chromium: str, in_process_max: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         settings = isolated_settings(base, Path(tmp) / "data", partitions=1)
         asyncio.run(ensure_topics(settings))
         os.environ["ENGRAM_EMBEDDER"] = "hashing"

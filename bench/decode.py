@@ -90,7 +90,7 @@ def stages(records: list[tuple[str, bytes]], keys: Any, root: Path) -> dict[str,
 def measure(n: int, tenants: int, dim: int, repeat: int, profile: str | None) -> dict[str, Any]:
     from engram.streams.keystore import KeyStore
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         keys = KeyStore(Path(tmp) / "keys")
         records = frames(n, tenants, keys, dim)
         run = stages(records, keys, Path(tmp))
@@ -153,7 +153,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from checkouts import importable
 
-    tmp = tempfile.TemporaryDirectory(prefix="decode-")
+    tmp = tempfile.TemporaryDirectory(prefix="decode-", ignore_cleanup_errors=True)
     # each checkout's own engram and stages first on the child's path (bench/checkouts.py), then
     # this checkout for the bench's own helpers (the child runs this file)
     layouts = {name: importable(root, Path(tmp.name) / name) for name, root in checkouts.items()}

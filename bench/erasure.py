@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = []
     for n in (int(x) for x in args.sizes.split(",")):
-        with tempfile.TemporaryDirectory(prefix="engram-bench-erasure-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="engram-bench-erasure-", ignore_cleanup_errors=True) as tmp:
             print(f"erasure: {n} memories", file=sys.stderr)
             runs.append(asyncio.run(one_size(n, Path(tmp))))
             print(json.dumps(runs[-1]), file=sys.stderr)

@@ -149,7 +149,7 @@ def main() -> int:
     base = load_settings()
     result: dict[str, Any] = {"at": datetime.now(UTC).isoformat(timespec="seconds")}
     result["in_process"] = in_process(args.chat, base.extraction_turns, args.rounds)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         settings = isolated_settings(base, Path(tmp) / "data", partitions=1)
         asyncio.run(ensure_topics(settings))
         server = Server(settings, Path(tmp) / "server.log").start()

@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     args = ap.parse_args()
     n, rng = args.memories, np.random.default_rng(7)
-    with tempfile.TemporaryDirectory(prefix="engram-index-sizes-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="engram-index-sizes-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         before = rss_kib()
         text = TextIndex(root / "text")

@@ -123,7 +123,7 @@ def main() -> None:
     vectors = question_vectors(every, embedder, base.cache_dir)
     fields = {c.tenant: Fields([e for e in events if e.tenant == c.tenant]) for c in every}
     out: dict[str, Any] = {"benchmark": "label_field", "retrieved": RETRIEVED}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         stores = build(Path(tmp) / "tenants", events, embedder)
         shipped = {}
         for c in every:

@@ -288,7 +288,7 @@ def main() -> None:
     kafka_local.start(load_settings())
     report: dict[str, Any] = {"benchmark": "latency_breakdown", "writes": args.writes, "runs": []}
     keep = contextlib.nullcontext(tempfile.mkdtemp(prefix="latency-")) if args.keep or args.profile else None
-    with keep or tempfile.TemporaryDirectory() as tmp:
+    with keep or tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         for run in range(args.runs):
             servers = [
                 Traced(name, Path(path), Path(tmp) / f"run{run}", profile=args.profile)

@@ -128,7 +128,7 @@ def main() -> int:
     args = ap.parse_args()
     base = load_settings()
     kafka_local.start(base)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         settings = isolated_settings(base, Path(tmp) / "data")
         asyncio.run(ensure_topics(settings))
         server = Server(settings, Path(tmp) / "server.log").start()

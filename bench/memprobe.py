@@ -58,17 +58,25 @@ def memory_kb() -> dict[str, float]:
 
 
 def remember(i: int, tenants: int, rng: random.Random, offsets: dict[int, int]) -> Record:
-    tenant = f"probe-{i % tenants}"
+    # the write path embeds before it appends: the projector and indexer take the vector as is
+    embedding = [rng.uniform(-0.1, 0.1) for _ in range(DIM)]
+    return memory_record(f"probe-{i % tenants}", i, f"Soak note {i}", embedding, rng, offsets)
+
+
+def memory_record(
+    tenant: str, i: int, label: str, embedding: list[float], rng: random.Random, offsets: dict[int, int]
+) -> Record:
+    """Memory ``m{i}`` of ``tenant`` remembered (embedded, as the write path hands it over), as
+    the record at the next offset of the tenant's partition; its event id drawn from ``rng``."""
     words = " ".join(WORDS[(i * k) % len(WORDS)] for k in (1, 3, 5, 7))
     payload = {
         "memory_id": f"m{i}",
-        "label": f"Soak note {i}",
+        "label": label,
         "content": f"Observation {i}: {words}, week {i % 52}.",
         "kind": "fact",
         "scope": "company",
         "importance": 3,
-        # the write path embeds before it appends: the projector and indexer take the vector as is
-        "embedding": [rng.uniform(-0.1, 0.1) for _ in range(DIM)],
+        "embedding": embedding,
         "embedding_model": MODEL,
     }
     event = event_from_json(
@@ -84,9 +92,8 @@ def remember(i: int, tenants: int, rng: random.Random, offsets: dict[int, int]) 
     partition = partition_for(tenant, PARTITIONS)
     offset = offsets.get(partition, 0)
     offsets[partition] = offset + 1
-    return Record(
-        tenant.encode(), codec.encode(event), [], Position(partition, offset, 1_764_547_200_000 + i)
-    )
+    position = Position(partition, offset, 1_764_547_200_000 + i)
+    return Record(tenant.encode(), codec.encode(event), [], position)
 
 
 async def run(a: argparse.Namespace, root: Path) -> dict[str, object]:

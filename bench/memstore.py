@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--build-max", type=int, default=10_000, help="larger sizes are built by copying")
     parser.add_argument("--skip-rate", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="engram-memstore-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="engram-memstore-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         result = {} if args.skip_rate else {"rate": rate(root, args)}
         print(json.dumps(result), file=sys.stderr, flush=True)

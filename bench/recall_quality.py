@@ -201,7 +201,7 @@ def main() -> None:
     vectors = question_vectors(every, embedder, base.cache_dir)
     out: dict[str, Any] = {"benchmark": "recall_quality", "embedder": embedder.name, "limit": 10}
     out["splits"] = {name: [c.tenant for c in chats[name]] for name in splits}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         stores = build(root / "tenants", events, embedder)
         for name in splits:

@@ -276,7 +276,7 @@ def main() -> None:
 
     base = load_settings()
     kafka_local.start(base)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         settings = isolated_settings(base, Path(tmp) / "data", partitions=12)
         asyncio.run(ensure_topics(settings))
         events = workload(args.memories)

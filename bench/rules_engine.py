@@ -124,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.store == "memory":  # the working set in memory, as issue 27 item 2 plans it
         tenant_graph.Store = lambda *_: Store()  # type: ignore[assignment,misc]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         keys = KeyStore(root / "keys")
         recs = records(args.events, args.tenants, keys)

@@ -102,7 +102,7 @@ def produce(settings: Settings, events: list[dict]) -> None:
 
 
 def rate(processes: int, events: list[dict]) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp_:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
         tmp = Path(tmp_)
         sa, sb = settings_pair(tmp)
         servers = started([sa, sb][:processes], tmp)
@@ -124,7 +124,7 @@ def rate(processes: int, events: list[dict]) -> dict[str, float]:
 def reads_and_takeover(
     events: list[dict], tenants: int, n_reads: int, how: str, session_timeout_s: float = 10.0
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp_:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
         tmp = Path(tmp_)
         sa, sb = settings_pair(tmp, session_timeout_s)
         a, b = started([sa, sb], tmp)
@@ -201,7 +201,7 @@ def rebalances(events: int, tenants: int, reps: int, timeouts: str, seconds: flo
     for rep in range(reps):
         for t in timeouts.split(","):
             key = f"session_{float(t):g}s"
-            with tempfile.TemporaryDirectory() as tmp_:
+            with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
                 tmp = Path(tmp_)
                 sa, sb = (s.model_copy(update={"log_level": "INFO"}) for s in settings_pair(tmp, float(t)))
                 servers = started([sa, sb], tmp)

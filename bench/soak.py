@@ -147,7 +147,7 @@ class Writer(threading.Thread):
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     base = load_settings()
     kafka_local.start(base)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         settings = isolated_settings(base, Path(tmp) / "data", partitions=args.partitions).model_copy(
             update={"store": args.store, "log_level": "WARNING"}
         )

@@ -50,7 +50,7 @@ async def timed(n: int, call: Callable[[int], Awaitable[object]]) -> list[float]
 
 
 async def main(memories: int, n: int) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         tenant = Tenant(Path(tmp) / "graph", step_ms=1)
         for i in range(memories):
             tenant.apply("MemoryRemembered", remembered(f"m{i:05d}", label=f"label {i}"))

@@ -41,7 +41,7 @@ from engram.projections.knowledge import DEFAULT_RULES_DIR, load_knowledge
 from engram.projections.rules.core import engine_for
 from engram.projections.stores import TenantStores
 from engram.schemas.events import Position, event_from_json
-from engram.streams import codec, kafka_local
+from engram.streams import codec, kafka_local, projector
 from engram.streams.keystore import KeyStore
 from engram.streams.pipeline import seal as seal_event
 from engram.streams.producer import EventProducer
@@ -54,13 +54,20 @@ from tests.harness import Server, isolated_settings
 ACTOR = {"id": "bench", "role": "operator"}  # memories are an operator's to write
 
 
-def workload(n: int, tenants: int, seed: int = 7) -> list[dict]:
-    """Mostly new memories, some revisions and KPI updates, spread over the tenants."""
+def workload(n: int, tenants: int, seed: int = 7, kpi_share: float | None = None) -> list[dict]:
+    """Mostly new memories, some revisions and KPI updates (15%, or ``kpi_share``), spread over the
+    tenants; each tenant's first event is a memory."""
     rng = random.Random(seed)
     out, known = [], {f"b{t:03d}": [] for t in range(tenants)}
     for i in range(n):
         tenant = f"b{i % tenants:03d}"
         roll = rng.random()
+        if kpi_share is not None:  # onto the scale below: KPIs above 0.85, the rest 0.6 : 0.25
+            roll = (
+                0.85 + 0.15 * roll / kpi_share
+                if roll < kpi_share
+                else 0.85 * (roll - kpi_share) / (1 - kpi_share)
+            )
         if roll < 0.6 or not known[tenant]:
             mid = f"m{i}"
             known[tenant].append(mid)
@@ -120,13 +127,16 @@ async def read_back(settings, n: int) -> tuple[list[Any], float]:
 def project_in_process(settings, records: list[Any], root: Path, *, rules: str, batch: int) -> float:
     """The projector's own batches (``handle_batch_with_retries``) of ``batch`` records in log
     order into fresh stores: the projection alone, without Faust or the indexer. ``rules``: "off"
-    (no rule at all), or the engine that runs the shipped rules ("core", "reference")."""
+    (no rule at all), or the engine that runs the shipped rules ("core", "reference"); "core-python-
+    path" is the core's rules with every record planned in Python (the live data's compiled path,
+    ``streams.live_path``, off), to set the two event paths side by side."""
     name = f"rules-{rules}-{batch}"
     (root / "no-rules").mkdir(parents=True, exist_ok=True)
     (root / "no-rules" / "none.dlog").write_text("# the rules off: no rule at all\n")
     knowledge = load_knowledge(rules_dir=DEFAULT_RULES_DIR if rules != "off" else root / "no-rules")
+    engine, python_path = rules.removesuffix("-python-path"), rules.endswith("-python-path")
     if rules != "off":
-        knowledge = dataclasses.replace(knowledge, engine=engine_for(knowledge.engine.program, rules))
+        knowledge = dataclasses.replace(knowledge, engine=engine_for(knowledge.engine.program, engine))
     stores = TenantStores(
         root / name,
         knowledge=knowledge,
@@ -153,9 +163,13 @@ def project_in_process(settings, records: list[Any], root: Path, *, rules: str, 
             await handle_batch_with_retries(chunk, stores, sink, partitions=settings.events_partitions)
         return time.monotonic() - started
 
+    compiled = projector._compiled
+    if python_path:
+        projector._compiled = lambda _stores: False  # type: ignore[assignment]
     try:
         return asyncio.run(run())
     finally:
+        projector._compiled = compiled  # type: ignore[assignment]
         stores.close()
 
 
@@ -338,15 +352,16 @@ def main() -> None:
         help="the rule engines compared side by side (ENGRAM_RULE_ENGINE), each in every round",
     )  # fmt: skip
     ap.add_argument("--rounds", type=int, default=1, help="rounds of every engine, interleaved")
+    ap.add_argument("--kpi-share", type=float, default=None, help="KPI updates' share of the events (0.15)")
     ap.add_argument("--skip-in-process", action="store_true", help="skip step 3 (the worker's figures only)")
     args = ap.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
 
     base = load_settings()
     kafka_local.start(base)
-    raw = workload(args.events, args.tenants)
+    raw = workload(args.events, args.tenants, kpi_share=args.kpi_share)
     runs: dict[str, list[dict]] = {"rules_off": [], **{e: [] for e in engines}}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         for round_ in range(args.rounds):
             runs["rules_off"].append(
                 worker_rules_off(base, Path(tmp) / f"rules-off-{round_}", raw, args.store)
@@ -359,7 +374,8 @@ def main() -> None:
         ours = [r for r in records if (r.key or b"").startswith(b"b")]  # the workload's only
         inproc = Path(tmp) / "inproc"
         rates = {}
-        for rules in () if args.skip_in_process else ("off", *engines):
+        paths = ("core-python-path",) if "core" in engines else ()
+        for rules in () if args.skip_in_process else ("off", *engines, *paths):
             for batch in (1, args.batch):
                 took = project_in_process(last["settings"], ours, inproc, rules=rules, batch=batch)
                 label = f"projection_in_process_rules_{'off' if rules == 'off' else 'on_' + rules}_" + (

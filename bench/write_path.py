@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writes", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         pipeline = Pipeline(load_knowledge(), KeyStore(Path(tmp)))
         out: dict[str, Any] = {"bench": "write_path", "writes": args.writes, "rounds": args.rounds}
         for name, make in (("memory_384d_sealed", memory), ("kpi", kpi)):

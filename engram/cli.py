@@ -35,7 +35,9 @@ def _produce(settings: Settings, args: argparse.Namespace) -> int:
         # a line that is not UTF-8 fails alone, with its number (schemas.jsontext refuses it)
         text = data.decode("utf-8", "surrogateescape")
         embedder = None if args.no_embed else load_embedder(settings.embedder)
-        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+        knowledge = load_knowledge(
+            settings.ontology_dir.resolve(), settings.rules_dir.resolve(), settings.rule_engine
+        )
         lines = [line.removesuffix("\r") for line in text.split("\n")]
         # what it seals must be readable by the log's projectors: the same key store as theirs
         await ensure_topics(settings)

@@ -73,6 +73,10 @@ broker_up = Gauge("engram_broker_up", "1 if the broker answered the lag probe of
 open_stores = Gauge(
     "engram_open_stores", "Tenant stores open in this process (ENGRAM_MAX_OPEN_STORES caps it)"
 )
+open_stores_bytes = Gauge(
+    "engram_open_stores_bytes",
+    "Memory the open tenants hold in this process, by their estimates (ENGRAM_OPEN_STORES_MB caps it)",
+)
 snapshots = Counter("engram_snapshots", "Tenant snapshots this process took")
 _last_snapshot = [0.0]  # time.time() of this process's last snapshot; 0: none yet
 snapshot_age = Gauge(

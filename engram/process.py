@@ -21,7 +21,10 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -58,6 +61,46 @@ from engram.streams.topics import ensure_topics
 log = logging.getLogger(__name__)
 
 STOP_STARTING_S = 10.0  # what a process signalled while starting gives the parts it started to stop
+# What the parts that talk to the broker get to stop, together: with the broker down a Faust app's
+# consumer retries its group coordinator for ever, and a stop waited for it (SIGTERM hung); within
+# a container's usual 10 s grace, the stores' flush after it included
+STOP_BROKER_PARTS_S = 6.0
+LAST_STEP_S = 1.0  # what a part gets once that time is spent
+
+
+async def bounded(step: Awaitable[object], what: str, deadline: float) -> None:
+    """Await ``step`` (a part's stop) until ``deadline`` (the loop's clock; at least ``LAST_STEP_S``
+    from now); past it, it is cancelled, said, and the stop goes on, so the stores are still
+    flushed and closed. (A Faust app's stop takes the cancellation and returns: the timeout's own
+    state says whether it fired.)"""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout_at(max(deadline, loop.time() + LAST_STEP_S)) as limit:
+            await step
+    except TimeoutError:
+        pass
+    if limit.expired():
+        # its own line, not a template the log's summary would fold into the first part's
+        log.warning(f"{what} did not stop in time (is the broker down?): cut short")
+
+
+def exit_past_stuck_threads(code: int = 0, grace_s: float = 2.0) -> int:
+    """``code``, once the threads a stop left behind have ended; a thread still running after
+    ``grace_s`` (a Faust consumer whose stop was cut short, retrying a broker that is down) would
+    keep the process alive for ever, so it exits without them (``os._exit``: the stores were
+    flushed and closed by then, and the log is consumed again from the committed offsets)."""
+    deadline = time.monotonic() + grace_s
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in others if t.is_alive()]
+    if not stuck:
+        return code
+    log.warning("exiting without the threads that did not stop: %s", ", ".join(stuck))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @dataclass
@@ -79,11 +122,14 @@ class Projection:
         await self.membership.start()
         await self.projector.start()
 
-    async def stop(self) -> None:
+    async def stop(self, deadline: float | None = None) -> None:
+        """``deadline`` (the loop's clock) bounds the parts that talk to the broker."""
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + STOP_BROKER_PARTS_S
         if (held := getattr(self.projector, "held_acks", None)) is not None:
             await held.drain()  # in memory: every tenant saved, every offset free to commit
-        await self.projector.stop()
-        await self.membership.stop()
+        await bounded(self.projector.stop(), "the projector's consumer", deadline)
+        await bounded(self.membership.stop(), "the group membership", deadline)
         await self.indexer.stop()
         for tenant, graph in self.stores.unsaved():  # in memory: a restart need not consume them again
             await asyncio.to_thread(self.snapshots.take, tenant, graph)
@@ -93,11 +139,14 @@ def compose_projection(settings: Settings, url: str, kind: str = "serve") -> Pro
     """The projector's parts, not yet started (the embedder names the vector indexes' model).
     ``url``: where the group's other processes send this one the requests for its tenants;
     ``kind``: ``serve`` or ``worker``, the command running it (``engram status`` shows it)."""
-    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    knowledge = load_knowledge(
+        settings.ontology_dir.resolve(), settings.rules_dir.resolve(), settings.rule_engine
+    )
     embedder = load_embedder(settings.embedder)
     stores = TenantStores(
         settings.tenants_dir,
         max_open=settings.max_open_stores,
+        max_open_bytes=settings.open_stores_mb << 20,
         knowledge=knowledge,
         vectors=(embedder.name, embedder.dim),
         keys=KeyStore(settings.key_store_dir),
@@ -241,14 +290,15 @@ async def running(
     capture = AsyncExitStack()
 
     async def stop() -> None:
+        deadline = asyncio.get_running_loop().time() + STOP_BROKER_PARTS_S
         if archiving is not None:  # the open segments are written before it returns
             archive_stop.set()
-            await archiving
-        await conversations_app.stop()
-        await capture.aclose()
-        await parts.stop()
-        await runtime.lag.stop()
-        await runtime.producer.stop()
+            await bounded(archiving, "the archiver", deadline)
+        await bounded(conversations_app.stop(), "the conversations' consumer", deadline)
+        await bounded(capture.aclose(), "capture", deadline)
+        await parts.stop(deadline)
+        await bounded(runtime.lag.stop(), "the lag probe", deadline)
+        await bounded(runtime.producer.stop(), "the producer", deadline)
         if runtime.query_worker is not None:
             runtime.query_worker.close()
         if runtime.sparql is not None:

@@ -172,6 +172,13 @@ class Settings(BaseSettings):
     )
     allowed_hosts: str = Field("*", description="Host names served, comma separated (`*.x.com`, `*`).")
     max_open_stores: int = Field(256, ge=1, description="Tenant stores kept open at once.")
+    open_stores_mb: int = Field(
+        4096,
+        ge=0,
+        description="Memory the open tenants may hold, by their estimates (a disk store's ~6 MiB and "
+        "unflushed writes, an in-memory store's quads, the vector index's capacity, the text overlay "
+        "and caches); past it, the least recently used are closed. 0: bounded by count only.",
+    )
     store_write_buffer_mb: int = Field(
         64,
         ge=0,

@@ -10,16 +10,21 @@ is refused alone while the rest apply.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engram.projections.knowledge import Knowledge
 from engram.projections.plan import Delta, QuadReads
-from engram.projections.terms import META, e, event_iri
+from engram.projections.rules.core import core_call
+from engram.projections.terms import ASSERTED, META, e, event_iri
 from engram.projections.validation import PLAN_ERRORS, checked_plan, rejection_reason
 from engram.schemas.checks import Conflict
 from engram.schemas.events import Event, Position, content_digest
-from pyoxigraph import Literal, NamedNode, Quad, Store
+from pyoxigraph import Literal, NamedNode, Quad, RdfFormat, Store, parse
+
+log = logging.getLogger(__name__)
 
 
 class Status(enum.Enum):
@@ -41,11 +46,26 @@ class AlreadyApplied(Exception):
 @dataclass(frozen=True)
 class Step:
     """One record of a tenant's batch: a decoded event, or the reason it was refused before planning
-    (undecodable, invalid on its own)."""
+    (undecodable, invalid on its own), or its place in a stretch of live data the core plans
+    together (``live``: the group and the record's index in it)."""
 
     position: Position
     event: Event | None = None
     refusal: str | None = None
+    live: tuple[LiveGroup, int] | None = None
+
+
+@dataclass
+class LiveGroup:
+    """Consecutive records of a run whose live data (KPIs, spend, the clock) the compiled core decoded
+    and plans together (``streams.live_path``), on the run's overlay, when its first is reached:
+    one outcome each. If the core declines (an event id used before with other content), each
+    record is decided in Python from ``fallback(index)``, its step as Python decodes it."""
+
+    run: Any  # engram._core.LiveRun
+    positions: Sequence[Position]
+    fallback: Callable[[int], Step]
+    outcomes: list[Outcome] | None = None
 
 
 class Overlay(QuadReads):
@@ -96,6 +116,34 @@ class Overlay(QuadReads):
         return found[0].object.value if found else None
 
 
+def plan_live_group(state: Overlay, run: Any, positions: Sequence[Position]) -> list[Outcome] | None:
+    """A live group planned by the core against ``state`` (the stored facts of the nodes it touches,
+    with the batch's changes so far, and whether its event ids were applied), its delta applied to
+    ``state``; None if the core declines it, or fails (logged): Python decides it then."""
+    facts = [
+        (str(q.subject), str(q.predicate), str(q.object))
+        for node in run.nodes()
+        for q in state._match(NamedNode(node), None, ASSERTED)
+    ]
+    applied = {i: d for i in set(run.event_ids()) if (d := state.applied_digest(i)) is not None}
+    where = [(p.partition, p.offset, p.timestamp_ms) for p in positions]
+    try:
+        planned = core_call(run.plan, where, facts, applied)
+    except RuntimeError:  # a panic in the core (a bug)
+        log.exception("the core could not plan a run of live data; planning it in Python")
+        return None
+    if planned is None:
+        return None
+    decided, removes, adds = planned
+    state.apply(Delta(_quads(removes), _quads(adds)))
+    statuses = (Status.APPLIED, Status.SKIPPED)
+    return [Outcome(statuses[s], reason) for s, reason in decided]
+
+
+def _quads(text: str) -> tuple[Quad, ...]:
+    return tuple(parse(text, format=RdfFormat.N_QUADS)) if text else ()  # type: ignore[misc]
+
+
 def prepare(knowledge: Knowledge, event: Event, position: Position, state: Overlay) -> Delta:
     """The delta ``event`` would commit, with its event-id record; raises what the projection refuses.
 
@@ -121,6 +169,16 @@ def plan_batch(knowledge: Knowledge, state: Overlay, steps: Sequence[Step]) -> l
     """Decide each step in order against ``state``, applying what applies to it; one outcome each."""
     outcomes = []
     for step in steps:
+        if step.live is not None:
+            group, index = step.live
+            if index == 0:
+                group.outcomes = plan_live_group(
+                    state, group.run, [s.position for s in steps if s.live and s.live[0] is group]
+                )
+            if group.outcomes is not None:
+                outcomes.append(group.outcomes[index])
+                continue
+            step = group.fallback(index)
         if step.event is None:
             outcomes.append(Outcome(Status.REJECTED, step.refusal))
             continue

@@ -32,21 +32,21 @@ from engram.projections.text_index import TextIndex
 from engram.projections.threads import Threads
 from engram.projections.vector_index import VectorIndex, label_of
 from engram.projections.visibility import (
-    LEAN,
     MemoryFacts,
     inferred_by_name,
-    lean_from,
     memory_facts,
     with_display,
 )
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
-from pyoxigraph import NamedNode, Quad
+from pyoxigraph import Literal, Quad
 
 log = logging.getLogger(__name__)
 
 ACTIVE, EXPIRED = e("ActiveMemory"), e("Expired")
 LEAN_CACHE = 200_000  # memories whose lean facts are kept (~1 KB each)
+LEAN_BYTES = 1024  # a memory's facts in one of those caches
+FREEZE_FROM = 512  # cached memories past which the caches are frozen as they double (``_settle``)
 SAVE_VECTORS_EVERY = 2_000  # changed points between two saves of the vector index
 EMBED_BATCH = 64  # memories embedded per call when re-embedding
 Tick = Callable[[int, int], None]
@@ -82,17 +82,24 @@ class TenantIndexes:
         self._holders: dict[str, set[str]] = {}
         self._held: dict[str, tuple[str, ...]] = {}
         self._unplaced: set[str] = set()
+        self._placed = False  # every memory placed (on the first context, ``_place_all``)
+        self._frozen_at = FREEZE_FROM  # the caches' size at the last ``gc.freeze`` (``_settle``)
         self.threads = Threads(graph)  # a hit's conversation neighbours (``projections.threads``)
         self.text = TextIndex(root / "text")
         self.vectors = VectorIndex(root / "vectors" / model_dir(model), dim)
-        labels = set(self.vectors.index.get_ids_list())
-        self.vectors.known(
-            {
+        saved = self.vectors.saved_ids()
+        if saved is None:  # an index saved without them (an older build): read from the graph
+            labels = set(self.vectors.index.get_ids_list())
+            saved = {
                 label_of(mid): mid
                 for mid, _ in source.stored_vectors(self.graph.store)
                 if label_of(mid) in labels
             }
-        )
+            self.vectors.known(saved)
+            if labels:
+                self.vectors.save_ids()  # the next open reads them from there
+        else:
+            self.vectors.known(saved)
         self.catch_up()
         self.warm()
 
@@ -117,47 +124,57 @@ class TenantIndexes:
         return dict(zip(words, self.embed(list(words.values())), strict=True))
 
     def warm(self) -> None:
-        """Every memory's lean facts, read predicate by predicate (a scan each, not 8 lookups per
-        memory), so the first recall of a store opened after a restart is as cheap as the next."""
-        if self.graph.checkpoint() is None:
-            return
-        columns: dict[str, dict[NamedNode, str]] = {}
-        for name in LEAN:
-            columns[name] = {
-                q.subject: q.object.value  # type: ignore[misc]
-                for q in self.graph.store.quads_for_pattern(None, e(name), None, ASSERTED)
-            }
-        teams: dict[NamedNode, set[str]] = {}
-        for q in self.graph.store.quads_for_pattern(None, e("stakeholderTeam"), None, ASSERTED):
-            teams.setdefault(q.subject, set()).add(q.object.value)  # type: ignore[arg-type]
-        types: dict[NamedNode, set[str]] = {}
-        for q in self.graph.store.quads_for_pattern(None, RDF_TYPE, None, None):
-            if q.subject.value.startswith(MEMORY_PREFIX):
-                types.setdefault(q.subject, set()).add(q.object.value)  # type: ignore[arg-type]
-        shared: dict[frozenset[str], frozenset[str]] = {}
-        ids = columns["memoryId"]
-        generation = self.graph.generation  # the types read include the rules' (active, expired)
-        for i, (node, memory_id) in enumerate(ids.items()):
-            classes = frozenset(types.get(node, ()))
-            classes = shared.setdefault(classes, classes)  # one set per combination, not per memory
-            one = {name: col[node] for name, col in columns.items() if node in col}
-            lean = lean_from(memory_id, one, classes, frozenset(teams.get(node, ())))
-            self._hold(lean)
-            if i < LEAN_CACHE:
-                self._lean[memory_id] = lean
-                self._checked[memory_id] = generation
-        # what every context bundle shows of a top-tier memory, so a principal's first context is
-        # as cheap as their next (~1 s at 100k memories, of which ~13k are High or Critical)
-        for lean in [m for m in self._lean.values() if m.importance >= v.Importance.HIGH][:LEAN_CACHE]:
-            self.display(lean)
-            self.derived(lean.id)
-        self.vectors.exact()  # the exact cosines of BM25's candidates and of context items
-        # the conversation neighbours and the tenant's latest valid time: a scan of every memory's
-        # valid time (~50 ms of CPU at 10k memories) the first recall after a restart paid
-        self.threads.build()
-        # these caches are long-lived and acyclic: out of the collector's way, or every full
+        """Nothing is read ahead as the store opens but what every read needs: the caches of the
+        memories' facts fill as reads ask for them (a candidate's lean facts, a context item's
+        display, a point's exact vector, the conversation threads), and the top tier's holders on
+        the first context. Reading every memory's facts ahead took 18 s at 100k memories, all of
+        it before a cold tenant's first read (issue 37); the first recall after an open now reads
+        its own candidates (~0.1 ms each) and the next finds them cached."""
+        # the caches are long-lived and acyclic: out of the collector's way, or every full
         # collection walks them (measured: +8 ms p95 on a recall at 100k memories)
         gc.freeze()
+
+    def _settle(self) -> None:
+        """The caches are long-lived and acyclic: each time they have doubled since, what is held
+        is moved out of the collector's way (``gc.freeze``), as ``warm`` does as the store opens."""
+        size = len(self._lean) + len(self._display)
+        if size >= 2 * self._frozen_at:
+            self._frozen_at = size
+            gc.freeze()
+
+    def _place_all(self) -> None:
+        """Every High or Critical memory under who holds it, what ``warm`` read ahead before for
+        every memory, now on the first context: the top tier found by its importance values (an
+        index lookup each, ~60 ms at 100k memories, where a scan of every importance took 1.1 s),
+        then who holds each (~0.3 s for 12k)."""
+        store = self.graph.store
+        importance = e("importance")
+        top = [
+            q.subject
+            for level in v.Importance
+            if level >= v.Importance.HIGH
+            for q in store.quads_for_pattern(None, importance, Literal(int(level)), ASSERTED)
+            if q.subject.value.startswith(MEMORY_PREFIX)  # type: ignore[union-attr]
+        ]
+        on_team = {
+            q.subject
+            for q in store.quads_for_pattern(None, e("scope"), Literal(v.Scope.TEAM.value), ASSERTED)
+        }
+        user_of = e("stakeholderUser")
+        self._holders, self._held = {}, {}
+        for node in top:
+            teams: frozenset[str] = frozenset()
+            if node in on_team:
+                found = store.quads_for_pattern(node, e("stakeholderTeam"), None, ASSERTED)  # type: ignore[arg-type]
+                teams = frozenset(q.object.value for q in found)  # type: ignore[misc]
+            user = next(store.quads_for_pattern(node, user_of, None, ASSERTED), None)  # type: ignore[arg-type]
+            keys = _holder_keys(user.object.value if user is not None else None, teams)  # type: ignore[union-attr]
+            memory_id = source.memory_id_of(node)  # type: ignore[arg-type]
+            for key in keys:
+                self._holders.setdefault(key, set()).add(memory_id)
+            self._held[memory_id] = keys
+        self._unplaced.clear()
+        self._placed = True
 
     def clock(self) -> str | None:
         """The tenant's clock, which recency and forgetting are computed against: its clock node
@@ -188,6 +205,7 @@ class TenantIndexes:
                 self._lean.clear()
                 self._checked.clear()
             self._lean[memory_id] = base
+            self._settle()
         generation = self.graph.generation
         if self._checked.get(memory_id) == generation:  # nothing was written since it was looked up
             return base
@@ -201,6 +219,11 @@ class TenantIndexes:
             self._checked.clear()
         self._checked[memory_id] = generation
         return base
+
+    def resident_bytes(self) -> int:
+        """What the indexes and their caches of the graph's facts hold in memory, estimated."""
+        cached = len(self._lean) + len(self._display) + len(self._derived)
+        return self.text.resident_bytes() + self.vectors.resident_bytes() + LEAN_BYTES * cached
 
     def _unhold(self, memory_id: str) -> None:
         for key in self._held.pop(memory_id, ()):
@@ -218,6 +241,8 @@ class TenantIndexes:
     def top_tier_held(self, user: str | None, teams: Iterable[str]) -> list[str]:
         """High and Critical memories this user or these teams hold (a superset of what they may
         see: the caller still checks each, as facts read now)."""
+        if not self._placed:
+            self._place_all()
         for memory_id in sorted(self._unplaced):
             if (lean := self.candidate(memory_id)) is None:
                 self._unhold(memory_id)  # gone: held by no one
@@ -250,6 +275,7 @@ class TenantIndexes:
             if len(self._display) >= LEAN_CACHE:
                 self._display.clear()
             shown = self._display[lean.id] = with_display(self.graph, lean)
+            self._settle()
         if (shown.active, shown.expired) != (lean.active, lean.expired):
             shown = self._display[lean.id] = dataclasses.replace(
                 shown, active=lean.active, expired=lean.expired

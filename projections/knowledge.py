@@ -43,8 +43,11 @@ class Knowledge:
 
 @cache
 def load_knowledge(
-    ontology_dir: Path = DEFAULT_ONTOLOGY_DIR, rules_dir: Path = DEFAULT_RULES_DIR
+    ontology_dir: Path = DEFAULT_ONTOLOGY_DIR, rules_dir: Path = DEFAULT_RULES_DIR, engine: str | None = None
 ) -> Knowledge:
+    """``engine``: what runs the rules (``Settings.rule_engine``, passed by whoever holds the
+    settings); None, for a caller without settings (a library use, a test): ``ENGRAM_RULE_ENGINE``
+    as the settings would read it, else the core."""
     ontology = load_ontology(ontology_dir)
     shapes = load_shapes(ontology_dir)
     program = load_rules(rules_dir)
@@ -54,5 +57,5 @@ def load_knowledge(
     heads = [head for rule in program.rules for head in rule.heads if isinstance(head.p, NamedNode)]
     classes = frozenset(h.o.value for h in heads if h.p.value == v.RDF_TYPE and isinstance(h.o, NamedNode))
     predicates = frozenset(h.p.value for h in heads if h.p.value != v.RDF_TYPE) | READ_TIME
-    engine = engine_for(program, os.environ.get("ENGRAM_RULE_ENGINE", "core"))
-    return Knowledge(ontology, shapes, engine, digest.hexdigest(), classes, predicates)
+    rules = engine_for(program, engine or os.environ.get("ENGRAM_RULE_ENGINE", "core"))
+    return Knowledge(ontology, shapes, rules, digest.hexdigest(), classes, predicates)

@@ -16,14 +16,14 @@ import gc
 import logging
 import shutil
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from pathlib import Path
 
 from engram.projections.indexes import EmbedMemories, TenantIndexes
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.rewrites import ERASING, StoreRewrites
 from engram.projections.seams import Keys, Snapshotter
-from engram.projections.tenant_graph import TenantGraph, opened
+from engram.projections.tenant_graph import QUAD_MEMTABLE_BYTES, TenantGraph, opened
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
 from pyoxigraph import Store
@@ -31,9 +31,6 @@ from pyoxigraph import Store
 log = logging.getLogger(__name__)
 
 MEMORY = "memory"  # in a tenant's directory when its graph is held in memory (and in snapshots)
-# what a RocksDB memtable of a pyoxigraph store holds per quad written (its 12 column families;
-# measured 735-790 bytes, with and without an embedding, with and without the rules)
-QUAD_MEMTABLE_BYTES = 768
 
 
 def _libc_trim() -> Callable[[int], int] | None:
@@ -66,6 +63,7 @@ class TenantStores:
         root: Path,
         *,
         max_open: int = 256,
+        max_open_bytes: int = 0,
         knowledge: Knowledge | None = None,
         vectors: tuple[str, int] | None = None,
         keys: Keys | None = None,
@@ -75,13 +73,17 @@ class TenantStores:
         """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes.
         ``embed`` re-embeds a revised memory by that model as the indexes refresh it.
         ``keys`` unseals memory events (without it every sealed event reads as erased).
-        ``memory``: graphs in memory, durable through ``snapshots`` (volatile without them)."""
+        ``memory``: graphs in memory, durable through ``snapshots`` (volatile without them).
+        ``max_open``, ``max_open_bytes``: at most that many tenants open, holding at most that much
+        memory by their estimates (``resident_bytes``; 0: no bound); past either, the least
+        recently used are closed."""
         self.root = root
         self.memory = memory
         self.keys = keys
         # set by the process that runs the projector, when it takes tenant snapshots
         self.snapshots: Snapshotter | None = None
         self.max_open = max_open
+        self.max_open_bytes = max_open_bytes
         self.knowledge = knowledge or load_knowledge()
         self.vectors = vectors
         self.embed = embed
@@ -141,33 +143,66 @@ class TenantStores:
     def _opened(self, tenant: str, graph: TenantGraph) -> None:
         self._open[tenant] = graph
         if not self.memory:  # in memory, ``trim`` evicts, between the projector's batches
-            while len(self._open) > self.max_open:
-                self._close(next(iter(self._open)))
+            for old in self._over_budget():
+                self._close(old)
+
+    def resident_bytes(self, tenant: str) -> int:
+        """What the open tenant's graph and indexes hold in memory, estimated; 0 if it is closed."""
+        graph = self._open.get(tenant)
+        if graph is None:
+            return 0
+        indexes = self._indexes.get(tenant)
+        return graph.resident_bytes() + (indexes.resident_bytes() if indexes is not None else 0)
+
+    def open_bytes(self) -> int:
+        """What the open tenants hold in memory, estimated (``resident_bytes``)."""
+        return sum(self.resident_bytes(t) for t in list(self._open))
+
+    def _over_budget(self, kept: Set[str] = frozenset()) -> list[str]:
+        """The open tenants to close, least recently used first, for the others to be within
+        ``max_open`` and ``max_open_bytes``; never the most recently used one, nor one ``kept``
+        (one that could not be closed: it still counts)."""
+        over = len(self._open) - self.max_open
+        total = self.open_bytes() if self.max_open_bytes > 0 else 0
+        out = []
+        for old in list(self._open)[:-1]:
+            if over <= 0 and total <= self.max_open_bytes:
+                break
+            if old in kept:
+                continue
+            out.append(old)
+            over -= 1
+            total -= self.resident_bytes(old) if self.max_open_bytes > 0 else 0
+        return out
 
     async def trim(self) -> int:
-        """Evict in-memory graphs, least recently used first, down to ``max_open``; how many.
+        """Evict graphs, least recently used first, down to ``max_open`` and ``max_open_bytes``;
+        how many. A disk store is closed as it is (its data is on disk).
 
         Called by the projector between batches only: a graph evicted while a run holds it would
         take that run's commit away with it. An unsaved graph is snapshotted first, in a thread
         (the loop goes on serving reads), or kept when there is nowhere to save it (no snapshots:
         a volatile store, for tests and benchmarks) or its snapshot failed (its offsets stay
         uncommitted)."""
-        evicted = 0
-        for old in list(self._open):
-            if len(self._open) <= self.max_open:
-                break
-            graph = self._open.get(old)
-            if graph is None or (graph.unsaved() and self.snapshots is None):
+        evicted, kept = 0, set[str]()
+        while due := self._over_budget(kept):
+            old = due[0]
+            graph = self._open[old]
+            if graph.unsaved() and self.snapshots is None:
+                kept.add(old)
                 continue
             if graph.unsaved():
                 try:
                     await asyncio.to_thread(self.snapshots.take, old, graph)  # type: ignore[union-attr]
                 except Exception:
                     log.exception("snapshot of %s failed; it stays open", old)
+                    kept.add(old)
                     continue
             if self._open.get(old) is graph and not graph.unsaved():
                 self._close(old)
                 evicted += 1
+            else:
+                kept.add(old)  # written while it was saved: it is looked at again next time
         return evicted
 
     def memtable_bytes(self) -> int:
@@ -186,11 +221,20 @@ class TenantStores:
         between batches, under one budget for the process whatever the number of tenants; each
         flush writes one larger set of files rather than many small ones (flushing every few events
         costs more memory in small files than it saves). Each is done in a thread while the tenant
-        is held (an erasure closes the store), then glibc returns the freed memory."""
+        is held (an erasure closes the store), then glibc returns the freed memory.
+
+        A store whose deletions since its last flush reach ``TOMBSTONES_PER_FLUSH`` is flushed
+        too, whatever the budget: its tombstones slow every scan of what it replaced in place."""
+        flushed = 0
+        for tenant, graph in list(self._open.items()):  # tombstones every scan would step past
+            if graph.tombstones_due():
+                async with self.exclusive(tenant):
+                    if self._open.get(tenant) is graph:
+                        await asyncio.to_thread(graph.flush)
+                        flushed += 1
         total = self.memtable_bytes()
         if budget <= 0 or total <= budget:
-            return 0
-        flushed = 0
+            return flushed
         for tenant, graph in sorted(self._open.items(), key=lambda item: -item[1].unflushed):
             if total <= budget // 2:
                 break
@@ -288,6 +332,10 @@ class TenantStores:
     def open_graph(self, tenant: str) -> TenantGraph | None:
         """The tenant's graph if it is open here, without opening it or counting a use."""
         return self._open.get(tenant)
+
+    def open_indexes(self) -> list[tuple[str, TenantIndexes]]:
+        """The tenants whose indexes are open here, and their indexes."""
+        return list(self._indexes.items())
 
     def close_indexes(self, tenant: str) -> None:
         """Close the tenant's search indexes, if open (they open again on its graph when asked)."""

@@ -65,6 +65,27 @@ def _nt(quads: Iterable[Quad]) -> str:
     return " ".join(f"GRAPH {g} {{ {' '.join(ts)} }}" for g, ts in by_graph.items())
 
 
+# A value replaced in place (a KPI's, a checkpoint's) leaves a tombstone in RocksDB's memtable,
+# and every scan of its subject and predicate steps past all of them until the memtable is flushed
+# and compacted: a KPI update went 0.72 -> 3.1 ms over 2,000 updates of one series with nothing
+# flushed, and stayed at 0.68-1.1 ms over 6,000 flushing every ~5,000 deletions (``bench/
+# kpi_update.py --sustained``). A flush costs 50-100 ms (20-55 ms of CPU) at 10k memories, ~0.1 ms
+# an update at this interval. The memtable budget bounds memory, not this: one busy tenant fills
+# it slowly; ``TenantStores.flush_over_budget`` flushes for both, between batches, in a thread.
+TOMBSTONES_PER_FLUSH = 5_000
+
+# What an open graph holds in memory, for the open tenants' budget (``TenantStores``; measured by
+# ``bench/open_tenants.py``, 2026-12-07): a RocksDB store ~4 MiB once open and ~6.5 MiB with its
+# block cache warm at 1,000 memories, plus its memtables' unflushed quads (735-790 bytes each,
+# its 12 column families); an in-memory store ~500 bytes per quad it holds (~25 per memory).
+STORE_OPEN_BYTES = 6 << 20
+QUAD_MEMTABLE_BYTES = 768
+MEMORY_QUAD_BYTES = 512
+
+# the projection's facts a commit moves (the rules' offset follows once they have caught up)
+_MOVED = frozenset({"partition", "offset", "handled", "appendedAt", "inferredOffset"})
+
+
 class TenantGraph:
     """One tenant's on-disk store: asserted facts, ontology, inferred facts, checkpoint.
 
@@ -83,6 +104,7 @@ class TenantGraph:
         self.path = path
         self.knowledge = knowledge or load_knowledge()
         self.in_memory = memory is not None
+        self._meta_cache: dict[str, Term] | None = None  # the projection's own facts (``_metas``)
         self.store = memory if memory is not None else Store(str(path))
         # what the rules run with for this store: the core keeps the facts they read between updates
         self.reasoner = self.knowledge.engine.reasoner()
@@ -93,10 +115,36 @@ class TenantGraph:
         # quads written (asserted, checkpoint, inferred) since the store's last flush: its RocksDB
         # memtables hold them, ~750 bytes each, until a flush (``TenantStores.flush_over_budget``)
         self.unflushed = 0
+        self.removed_unflushed = 0  # of those, deletions: tombstones every scan over them steps past
         self._ensure_inferred()
         # in memory: the checkpoint its newest snapshot holds (None: none yet); the log after it
         # is not durable anywhere but the log itself, so the projector commits no offset past it
         self.saved: Position | None = self.checkpoint() if self.in_memory else None
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        """A new store (a reopen, an erasure's copy) is read afresh: no cached fact outlives it."""
+        self._store = store
+        self._meta_cache = None
+        self._quads: int | None = None  # an in-memory store's quads, counted when first asked
+
+    def resident_bytes(self) -> int:
+        """What the graph holds in memory, estimated: an in-memory store's quads, or a disk store's
+        fixed part and its memtables' unflushed quads."""
+        if self.in_memory:
+            if self._quads is None:
+                self._quads = len(self.store)
+            return self._quads * MEMORY_QUAD_BYTES
+        return STORE_OPEN_BYTES + self.unflushed * QUAD_MEMTABLE_BYTES
+
+    def _held(self, net: int) -> None:
+        """``net`` quads more in the store (an estimate's count, kept only once it is known)."""
+        if self._quads is not None:
+            self._quads += net
 
     def unsaved(self) -> bool:
         """Whether an in-memory graph holds events its newest snapshot does not."""
@@ -121,15 +169,27 @@ class TenantGraph:
         self._listing.need(self.store, columns)
         return self._listing
 
+    def _metas(self) -> dict[str, Term]:
+        """The projection's own facts (checkpoint, handled count, the rules' offset and digest) by
+        name, read from the store once and then kept with every write of them: this is the store's
+        only writer. Each commit replaces them, so in RocksDB their keys collect a tombstone per
+        event until a compaction, and a scan of them grows with the events since (measured: a KPI
+        update 1.3 -> 10.8 ms over 4,000 updates while they were read from the store)."""
+        if self._meta_cache is None:
+            quads = self.store.quads_for_pattern(PROJECTION, None, None, META)
+            self._meta_cache = {q.predicate.value.removeprefix(v.ENGRAM): q.object for q in quads}  # type: ignore[misc]
+        return self._meta_cache
+
     def _meta(self, name: str) -> Term | None:
-        found = list(self.store.quads_for_pattern(PROJECTION, e(name), None, META))
-        return found[0].object if found else None  # type: ignore[return-value]
+        return self._metas().get(name)
 
     def _set_meta(self, name: str, value: Term | None) -> None:
-        for q in list(self.store.quads_for_pattern(PROJECTION, e(name), None, META)):
-            self.store.remove(q)
+        metas = self._metas()
+        if (old := metas.pop(name, None)) is not None:
+            self.store.remove(Quad(PROJECTION, e(name), old, META))
         if value is not None:
             self.store.add(Quad(PROJECTION, e(name), value, META))
+            metas[name] = value
 
     def checkpoint(self) -> Position | None:
         part, off, at = self._meta("partition"), self._meta("offset"), self._meta("appendedAt")
@@ -187,6 +247,7 @@ class TenantGraph:
         self.reasoner = k.engine.reasoner()
         count = self.reasoner.materialize(self.store, GRAPHS)
         self.unflushed += count
+        self._quads = None  # recounted when asked: the inferred graph was written again
         cp = self.checkpoint()
         self._set_meta("knowledgeDigest", Literal(k.digest))
         self._set_meta("inferredOffset", Literal(cp.offset if cp else -1))
@@ -264,36 +325,29 @@ class TenantGraph:
         current = self._meta("inferredOffset") == Literal(previous.offset if previous else -1)
         adds = [q for q in delta.adds if q not in self.store]
         removes = [q for q in delta.removes if q in self.store]
-        meta_old = list(self.store.quads_for_pattern(PROJECTION, None, None, META))
-        meta_new = [
-            Quad(PROJECTION, e("partition"), Literal(position.partition), META),
-            Quad(PROJECTION, e("offset"), Literal(position.offset), META),
-            Quad(PROJECTION, e("handled"), Literal(self.handled() + handled), META),
+        metas = {
+            **{name: value for name, value in self._metas().items() if name not in _MOVED},
+            "partition": Literal(position.partition),
+            "offset": Literal(position.offset),
+            "handled": Literal(self.handled() + handled),
             # the log time of the checkpoint's event: where a snapshot of this state sits in time
-            Quad(PROJECTION, e("appendedAt"), Literal(position.timestamp_ms), META),
-            *(
-                q
-                for q in meta_old
-                if q.predicate.value
-                not in (
-                    v.ENGRAM + "partition",
-                    v.ENGRAM + "offset",
-                    v.ENGRAM + "handled",
-                    v.ENGRAM + "appendedAt",
-                    v.ENGRAM + "inferredOffset",
-                )
-            ),
-        ]
+            "appendedAt": Literal(position.timestamp_ms),
+        }
+        meta_old = [Quad(PROJECTION, e(name), value, META) for name, value in self._metas().items()]
+        meta_new = [Quad(PROJECTION, e(name), value, META) for name, value in metas.items()]
         parts = []
         if removes or meta_old:
             parts.append(f"DELETE DATA {{ {_nt([*removes, *meta_old])} }}")
         parts.append(f"INSERT DATA {{ {_nt([*adds, *meta_new])} }}")
         self.store.update(" ; ".join(parts))
+        self._meta_cache = metas
         listing = self._listing
         if listing is not None and listing.generation == self.generation - 1:  # current before this write
             listing.apply(adds, removes)
             listing.generation = self.generation + 1  # what ``_writing`` leaves when this returns
         self.unflushed += len(adds) + len(removes) + len(meta_old) + len(meta_new)
+        self._held(len(adds) - len(removes))
+        self.removed_unflushed += len(removes) + len(meta_old)
         if not current:
             log.warning("%s: inferences were not current; re-materialising", self.path)
             self._rematerialize()
@@ -305,6 +359,8 @@ class TenantGraph:
                 started = time.perf_counter()
                 stats = self.reasoner.update(self.store, GRAPHS, added, removed)
                 self.unflushed += stats.added + stats.removed
+                self._held(stats.added - stats.removed)
+                self.removed_unflushed += stats.removed
                 metrics.rule_seconds.observe(time.perf_counter() - started)
         except Exception:
             log.exception("%s: incremental rule update failed; re-materialising", self.path)
@@ -315,10 +371,14 @@ class TenantGraph:
     def quads(self, graph: NamedNode = ASSERTED) -> Iterator[Quad]:
         return self.store.quads_for_pattern(None, None, None, graph)
 
+    def tombstones_due(self) -> bool:
+        """Whether the deletions since the last flush call for one (``TOMBSTONES_PER_FLUSH``)."""
+        return not self.in_memory and self.removed_unflushed >= TOMBSTONES_PER_FLUSH
+
     def flush(self) -> None:
         if not self.in_memory:
             self.store.flush()
-        self.unflushed = 0
+        self.unflushed = self.removed_unflushed = 0
 
     def reopen(self, move: Callable[[], None]) -> None:
         """Close the store, let ``move`` replace its directory (a vacuum's fresh copy), open it again,

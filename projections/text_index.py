@@ -41,10 +41,15 @@ WRITER_HEAP_BYTES = 15_000_000  # tantivy's minimum per writer thread
 REBUILD_HEAP_BYTES = 400_000_000
 AVGDL_SAMPLE = 1_000  # documents whose length estimates the average (again when the count moves 10%)
 TERMS_CACHE = 20_000  # documents whose term counts are kept for rescoring (~1 KB each); then emptied
+DOC_BYTES = 1024  # a document's text and term counts held in memory (the overlay, that cache)
 # The overlay is committed to tantivy once it holds this many memories or its oldest change is this
 # old: a commit costs 7-20 ms whatever it holds, and scanning the overlay ~0.3 µs per memory and term
 FLUSH_DOCS = 1_000
 FLUSH_AFTER_S = 1.0
+# A writer holds five threads (its indexer, its segment updater, four merge threads less one) and
+# its heap; it is closed once the index has written nothing for this long, and opened again (~2 ms)
+# by the next write. An idle open tenant then holds one tantivy thread (its directory's watcher).
+WRITER_IDLE_S = 10.0
 
 
 def _schema() -> tantivy.Schema:
@@ -119,6 +124,7 @@ class TextIndex:
         self._terms: dict[str, tuple[int, Counter[str]]] = {}
         self._written: set[str] = set()  # written straight to tantivy by a rebuild
         self._writer: tantivy.IndexWriter | None = None
+        self._used = 0.0  # when the writer was last asked for
         self._dirty = False
         self._bulk = False
         # the overlay: changes not yet committed (``_recent``), and those a flush is committing
@@ -132,7 +138,30 @@ class TextIndex:
     def _w(self, heap: int = WRITER_HEAP_BYTES) -> tantivy.IndexWriter:
         if self._writer is None:
             self._writer = self.index.writer(heap, 1)
+        self._used = time.monotonic()
         return self._writer
+
+    def writer_idle(self, after_s: float | None = None) -> bool:
+        """Whether a writer is open with nothing to write and unused for ``after_s`` (by default
+        ``WRITER_IDLE_S``)."""
+        return (
+            self._writer is not None
+            and not (self._dirty or self._bulk or self._recent or self._flushing)
+            and time.monotonic() - self._used >= (WRITER_IDLE_S if after_s is None else after_s)
+        )
+
+    def release_writer(self) -> bool:
+        """Close an idle writer once its merges are done (they are waited for, so call it from a
+        worker thread): its threads end and its heap is freed. False: it was in use again."""
+        with self._lock:
+            if self._closed or not self.writer_idle(0.0):
+                return False
+            writer, self._writer = self._writer, None
+            assert writer is not None
+            # the merges finish (else a short-lived writer's segments would never be merged) and
+            # the writer's lock file is released before the next writer can be opened
+            writer.wait_merging_threads()
+            return True
 
     # -- writing ----------------------------------------------------------------------------
     def upsert(self, memory_id: str, text: str) -> None:
@@ -180,6 +209,12 @@ class TextIndex:
             self._w(REBUILD_HEAP_BYTES).delete_all_documents()
             self._dirty = True
             self._bulk = True
+
+    def resident_bytes(self) -> int:
+        """What the index holds in memory beyond tantivy's mapped files, estimated: the overlay's
+        documents and the cached term counts (~1 KiB each), and an open writer's heap."""
+        docs = len(self._recent) + len(self._flushing) + len(self._terms)
+        return DOC_BYTES * docs + (WRITER_HEAP_BYTES if self._writer is not None else 0)
 
     @property
     def dirty(self) -> bool:

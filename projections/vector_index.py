@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,9 @@ from engram.projections.checkpoint import IndexCheckpoint
 EF_SEARCH = 64
 EF_CONSTRUCTION = 100
 M = 16
+# What an hnswlib index holds in memory (``resident_bytes``): 65,536 label locks (a std::mutex
+# each) whatever its size, and per point of its capacity the vector, its level-0 links and label
+HNSW_FIXED_BYTES = 65_536 * 40
 
 
 QueryVector: TypeAlias = "np.ndarray | Callable[[], np.ndarray | None] | None"
@@ -42,6 +46,9 @@ class VectorIndex:
         self.path = path
         self.dim = dim
         self.file = path / f"hnsw-{dim}.bin"
+        # the memory ids behind its labels, saved with it: reading them from the graph's vectors
+        # took 2.7 s at 100k memories, most of a cold tenant's first read
+        self.ids_file = path / f"ids-{dim}.json"
         self.checkpoint = IndexCheckpoint(path / f"checkpoint-{dim}.json")
         self.ids: dict[int, str] = {}
         self._labels: dict[str, int] = {}  # the reverse of ids: no hash per lookup
@@ -67,6 +74,20 @@ class VectorIndex:
             except RuntimeError:
                 self.checkpoint.write(None)  # unreadable: rebuilt from the graph
         return self._new()
+
+    def saved_ids(self) -> dict[int, str] | None:
+        """The ids saved with the index file, of the labels it holds; None without a readable file.
+        A crash between the two files' replacements leaves ids of a newer save: those of points
+        the index lacks are left out, and the labels they lack are of deleted points; the index's
+        checkpoint is older than both, so the catch-up refreshes every memory changed since."""
+        try:
+            pairs = json.loads(self.ids_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(pairs, list):
+            return None
+        held = set(self.index.get_ids_list())
+        return {label: mid for label, mid in pairs if label in held}
 
     def known(self, ids: dict[int, str]) -> None:
         """The memory ids behind the labels (read from the graph when the store opens)."""
@@ -103,12 +124,24 @@ class VectorIndex:
     def count(self) -> int:
         return len(self.ids)
 
+    def resident_bytes(self) -> int:
+        """What the index holds in memory, estimated from its capacity (the ids map beside it)."""
+        per_point = 4 * self.dim + 4 * (2 * M + 1) + 8 + 8
+        return HNSW_FIXED_BYTES + self.index.max_elements * per_point + 120 * len(self.ids)
+
     def save(self) -> None:
         """Write the index file; the caller records the checkpoint it reflects after this."""
         tmp = self.file.with_suffix(".tmp")
         self.index.save_index(str(tmp))
+        self.save_ids()
         os.replace(tmp, self.file)
         self.unsaved = 0
+
+    def save_ids(self) -> None:
+        """Write the ids behind the labels (with the index file, or for one saved without them)."""
+        tmp = self.ids_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(list(self.ids.items()), separators=(",", ":")))
+        os.replace(tmp, self.ids_file)
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` nearest (memory id, cosine similarity), best first."""
@@ -134,9 +167,9 @@ class VectorIndex:
         return {mid: s for (mid, _), s in zip(known, sims.tolist(), strict=True)}
 
     def exact(self) -> ExactVectors:
-        """The points as one matrix, made on first use (or when the store is warmed)."""
+        """The points asked for so far as one matrix (each fetched from hnswlib on first use)."""
         if self._exact is None:
-            self._exact = ExactVectors.of(self.index, list(self.ids), self.dim)
+            self._exact = ExactVectors(self.dim, self.index)
         return self._exact
 
     def vector(self, memory_id: str) -> np.ndarray | None:
@@ -147,26 +180,19 @@ class VectorIndex:
 
 
 class ExactVectors:
-    """The index's points as one unit-length matrix, for exact cosines of chosen memories.
+    """The index's points asked for so far as one unit-length matrix, for exact cosines of chosen
+    memories.
 
     hnswlib hands points out one Python list at a time (~15 µs each); a recall asks for ~100 of
-    them per query. This copy costs 4·dim bytes per memory (150 MB at 100k memories of 384
-    dimensions) while the tenant is open, and is made on the first exact lookup.
+    them per query, mostly the same ones. Each is fetched once, on its first use, and kept at
+    4·dim bytes (at most 150 MB at 100k memories of 384 dimensions) while the tenant is open: a
+    copy of every point made as a store opened cost 3.6 s at 100k, before its first read.
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, index: hnswlib.Index) -> None:
+        self.index = index
         self.rows: dict[int, int] = {}
         self.matrix = np.zeros((1024, dim), dtype=np.float32)
-
-    @classmethod
-    def of(cls, index: hnswlib.Index, labels: list[int], dim: int) -> ExactVectors:
-        out = cls(dim)
-        for start in range(0, len(labels), 4096):
-            part = labels[start : start + 4096]
-            points = np.asarray(index.get_items(part, return_type="list"), dtype=np.float32)
-            for label, point in zip(part, points, strict=True):
-                out.put(label, point)
-        return out
 
     def put(self, label: int, vector: np.ndarray) -> None:
         row = self.rows.get(label)
@@ -178,6 +204,11 @@ class ExactVectors:
         self.matrix[row] = vector / norm if norm > 0 else vector
 
     def cosines(self, vector: np.ndarray, labels: list[int]) -> np.ndarray:
-        norm = float(np.linalg.norm(vector)) or 1.0
         rows = self.rows
+        missing = [label for label in dict.fromkeys(labels) if label not in rows]
+        if missing:
+            points = np.asarray(self.index.get_items(missing, return_type="list"), dtype=np.float32)
+            for label, point in zip(missing, points, strict=True):
+                self.put(label, point)
+        norm = float(np.linalg.norm(vector)) or 1.0
         return self.matrix[[rows[label] for label in labels]] @ (vector.astype(np.float32) / norm)

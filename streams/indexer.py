@@ -54,6 +54,7 @@ class Indexer:
         self._staged: dict[str, TenantIndexes] = {}  # tenants whose overlay holds changes
         self.passes = 0
         self.flushes = 0
+        self.writers_released = 0
         self.trims = 0
         self._trimmed = time.monotonic()
 
@@ -91,6 +92,17 @@ class Indexer:
         while True:
             await asyncio.sleep(FLUSH_AFTER_S / 4)
             await self.flush()
+            await self.release_idle_writers()
+
+    async def release_idle_writers(self) -> int:
+        """Close the text index writers idle for ``WRITER_IDLE_S``, one at a time off the event
+        loop (each waits for its merges): an idle tenant keeps no writer threads. How many."""
+        released = 0
+        for _tenant, indexes in self.stores.open_indexes():
+            if indexes.text.writer_idle():
+                released += await asyncio.to_thread(indexes.text.release_writer)
+        self.writers_released += released
+        return released
 
     async def flush(self, *, everything: bool = False) -> int:
         """Commit the text index of each tenant whose overlay is due (``everything``: that holds

@@ -18,8 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from engram.projections.batch import Overlay, Step, plan_batch
+from engram.projections.batch import LiveGroup, Overlay, Step, plan_batch
 from engram.projections.read import evidence_turn_keys
+from engram.projections.rules.core import CoreEngine
 from engram.projections.stores import TenantStores
 from engram.projections.tenant_graph import Outcome, Planned, Status, StoreLocked, TenantGraph
 from engram.projections.validation import PLAN_ERRORS, rejection_reason
@@ -28,7 +29,7 @@ from engram.schemas import sealing
 from engram.schemas import vocabulary as v
 from engram.schemas.checks import InvalidEvent
 from engram.schemas.events import Event, Position
-from engram.streams import codec, fetch_guard
+from engram.streams import codec, fetch_guard, live_path
 from engram.streams.keystore import KeyMissing, KeyStore
 from engram.streams.pipeline import read_record
 from engram.streams.snapshots import Snapshots
@@ -87,7 +88,8 @@ class _Screened:
     refusal: str | None = None
 
 
-def _screen(record: Record, stores: TenantStores, partitions: int) -> _Screened:
+def _placed(record: Record, partitions: int) -> _Screened | None:
+    """The checks of a record that need neither its body nor a store: None when it passes them."""
     tenant = record_tenant(record.key)
     home = tenant is not None and record.position.partition == partition_for(tenant, partitions)
     if (unreadable := fetch_guard.unreadable_reason(record.headers)) is not None:
@@ -104,6 +106,13 @@ def _screen(record: Record, stores: TenantStores, partitions: int) -> _Screened:
             refusal=f"record of tenant {tenant!r} is on partition {record.position.partition}, not on "
             f"{partition_for(tenant, partitions)}, the one its key hashes to (its replay reads only that)",
         )
+    return None
+
+
+def _screen(record: Record, stores: TenantStores, partitions: int) -> _Screened:
+    tenant = record_tenant(record.key)
+    if (placed := _placed(record, partitions)) is not None:
+        return placed
     try:
         event = read_record(record.value or b"", stores.keys)
         if event.tenant != tenant:
@@ -137,6 +146,10 @@ async def project(
     its replay reads, so a record anywhere else is refused live too (and leaves the tenant's
     checkpoint, which is a position on its own partition, alone).
 
+    In a tenant's run, each stretch of live data the compiled core reads whole (KPIs, spend, the
+    clock: ``streams.live_path``) is one group the core plans in its place from the records' bytes;
+    the rest is decoded here and planned in Python. The run is committed once either way.
+
     The runs are committed shortest first (tenants are independent, so any order gives the same
     stores), and ``committed`` is told of each as it commits: a write is reported applied when
     its tenant's run commits, and a lone write behind a backlog of other tenants' records in the
@@ -153,7 +166,8 @@ async def project(
             stores.note_refused(record.position)
         results[i] = Result(tenant, Outcome(Status.REJECTED, reason))
 
-    runs: dict[str, list[tuple[int, Step]]] = {}
+    placed: dict[str, list[int]] = {}
+    marked: set[str] = set()  # tenants with a record the fetch guard marked unreadable
     for i, record in enumerate(records):
         if results[i] is not None:
             continue
@@ -162,26 +176,80 @@ async def project(
         if graph is not None and graph.already_applied(record.position):
             results[i] = Result(tenant, Outcome(Status.SKIPPED))
             continue
-        screened = _screen(record, stores, partitions)
-        if screened.step is None:
-            await refuse_storeless(i, screened.tenant, screened.refusal or "refused")
+        refused = _placed(record, partitions)
+        if refused is None:
+            assert tenant is not None
+            placed.setdefault(tenant, []).append(i)
+        elif refused.step is None:
+            await refuse_storeless(i, refused.tenant, refused.refusal or "refused")
         else:
-            assert screened.tenant is not None
-            runs.setdefault(screened.tenant, []).append((i, screened.step))
+            assert refused.tenant is not None
+            placed.setdefault(refused.tenant, []).append(i)
+            marked.add(refused.tenant)
     graph = None  # no handle kept across the runs: an erasure closes and replaces the store
-    for tenant, run in sorted(runs.items(), key=lambda item: len(item[1])):
-        for piece in _snapshot_pieces(tenant, run, stores):
-            await _apply_run(tenant, piece, records, results, stores, dead_letter, refuse_storeless)
+    for tenant, indices in sorted(placed.items(), key=lambda item: len(item[1])):
+        core = tenant not in marked and _compiled(stores)
+        for piece in _snapshot_pieces(tenant, indices, stores):
+            run = _steps(tenant, piece, records, stores, partitions, core=core)
+            await _apply_run(tenant, run, records, results, stores, dead_letter, refuse_storeless)
         if committed is not None:
-            await committed([(i, r) for i, _ in run if (r := results[i]) is not None])
+            await committed([(i, r) for i in indices if (r := results[i]) is not None])
 
 
-def _snapshot_pieces(
-    tenant: str, run: list[tuple[int, Step]], stores: TenantStores
-) -> list[list[tuple[int, Step]]]:
-    """A run cut where the tenant's handled count reaches a multiple of the snapshot interval, so
-    snapshots fall every N events whatever the batches (a batch's result does not depend on where
-    it is cut: the batch tests hold incremental == from scratch for any cut)."""
+def _steps(
+    tenant: str,
+    indices: list[int],
+    records: Sequence[Record],
+    stores: TenantStores,
+    partitions: int,
+    *,
+    core: bool,
+) -> list[tuple[int, Step]]:
+    """A tenant's records as the steps of its run: each stretch of live data the core reads whole
+    one group, the rest decoded here."""
+    run: list[tuple[int, Step]] = []
+    for live, cut in live_path.segments(tenant, [records[i].value or b"" for i in indices], core):
+        part = indices[cut.start : cut.stop]
+        group = _live_group(tenant, part, records, stores, partitions) if live else None
+        if group is not None:
+            run.extend((i, Step(records[i].position, live=(group, k))) for k, i in enumerate(part))
+            continue
+        for i in part:
+            screened = _screen(records[i], stores, partitions)
+            assert screened.step is not None  # placed: refused, if at all, as a step of its run
+            run.append((i, screened.step))
+    return run
+
+
+def _compiled(stores: TenantStores) -> bool:
+    """Whether the core plans live data here: with the compiled rule engine (``reference`` is the
+    projection in Python throughout)."""
+    return isinstance(stores.knowledge.engine, CoreEngine)
+
+
+def _live_group(
+    tenant: str, part: list[int], records: Sequence[Record], stores: TenantStores, partitions: int
+) -> LiveGroup | None:
+    """A stretch of live data decoded by the core, to be planned in its place in the run (each
+    record decoded in Python instead if the core declines the plan); None if the core does not
+    read it whole."""
+    run = live_path.decode(tenant, [records[i].value or b"" for i in part])
+    if run is None:
+        return None
+
+    def fallback(k: int) -> Step:
+        step = _screen(records[part[k]], stores, partitions).step
+        assert step is not None
+        return step
+
+    return LiveGroup(run, [records[i].position for i in part], fallback)
+
+
+def _snapshot_pieces(tenant: str, run: list[int], stores: TenantStores) -> list[list[int]]:
+    """A run (its records' indices) cut where the tenant's handled count reaches a multiple of the
+    snapshot interval, so snapshots fall every N events whatever the batches (a batch's result does
+    not depend on where it is cut: the batch tests hold incremental == from scratch for any cut).
+    Cut before the steps are made, so no group of live data straddles a snapshot."""
     every = stores.snapshots.every if stores.snapshots is not None else 0
     if every <= 0:
         return [run]

@@ -171,8 +171,8 @@ def create_app(
                 bound.observe(len(records), took)
                 metrics.batch_seconds.observe(took)
                 metrics.batch_records.observe(len(records))
-                if held is not None:
-                    await stores.trim()  # evictions save what they drop: before the acks are weighed
+                await stores.trim()  # within the open tenants' budget; in memory, evictions save
+                if held is not None:  # what they drop: before the acks are weighed
                     if held.stopping:
                         await held.save_due(everything=True)
                     held.hold(items)

@@ -61,7 +61,9 @@ async def replay_tenant(
     fetch_guard.install()
     partitions = await partition_count(settings, settings.events_topic)
     if stores is None:  # a caller's stores (an as_of) come with their knowledge and keys
-        knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+        knowledge = load_knowledge(
+            settings.ontology_dir.resolve(), settings.rules_dir.resolve(), settings.rule_engine
+        )
         keys = ReadOnlyKeys(KeyStore(settings.key_store_dir))  # a forgotten memory's key is gone already
         stores = TenantStores(root, knowledge=knowledge, keys=keys)
     consumer = AIOKafkaConsumer(
@@ -98,6 +100,7 @@ async def replay_tenant(
             ]
             # the same batches as live: a tenant's run planned together, committed once
             await handle_batch_with_retries(records, stores, no_dead_letters, partitions=partitions)
+            await stores.flush_over_budget(0)  # no memory budget here: the stores whose tombstones are due
             seen += len(records)
             if progress is not None and fetched:
                 progress(fetched[-1].offset + 1, end)

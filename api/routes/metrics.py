@@ -21,6 +21,7 @@ router = APIRouter(tags=["health"])
 async def prometheus_metrics(runtime: CurrentRuntime) -> Response:
     """The process's metrics in Prometheus' text format; lag and open stores are read now."""
     metrics.open_stores.set(runtime.stores.open_count())
+    metrics.open_stores_bytes.set(runtime.stores.open_bytes())
     metrics.consumer_lag.clear()  # partitions moved to another worker leave the page
     try:
         lag = await asyncio.wait_for(runtime.lag.lag(runtime.progress.last_offset), READY_PROBE_S)

@@ -1,4 +1,5 @@
-//! engram's compiled core (`engram._core`): the incremental rule engine over interned facts.
+//! engram's compiled core (`engram._core`): the incremental rule engine over interned facts, and
+//! the event path of the live business data (`live`).
 //!
 //! Python parses the rule files (projections/rules/syntax.py) and hands the program over as data
 //! (`Program`); each tenant's graph keeps a `State` of the facts its rules read and what they derive,
@@ -7,6 +8,7 @@
 
 mod expr;
 mod index;
+mod live;
 mod program;
 mod state;
 mod terms;
@@ -117,6 +119,12 @@ impl State {
         })
     }
 
+    /// `materialize` without handing the facts over: the state derives what the store already
+    /// holds (a state built again for a graph whose inferences are current); how many.
+    fn settle(&self, py: Python<'_>) -> usize {
+        py.allow_threads(|| self.inner.lock().unwrap().materialize().len())
+    }
+
     /// Base facts added and removed: (inferred facts gained, inferred facts lost).
     fn update(&self, py: Python<'_>, added: Vec<KeyFact>, removed: Vec<KeyFact>) -> (Vec<KeyFact>, Vec<KeyFact>) {
         py.allow_threads(|| {
@@ -142,6 +150,8 @@ impl State {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_class::<State>()?;
+    m.add_class::<live::LiveCodec>()?;
+    m.add_class::<live::LiveRun>()?;
     m.add_function(wrap_pyfunction!(allocated, m)?)?;
     Ok(())
 }

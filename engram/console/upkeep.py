@@ -31,7 +31,9 @@ def rebuild_index(settings: Settings, args: argparse.Namespace) -> int:
         embedded[0] += len(memories)
         return embed_pairs(memories)
 
-    knowledge = load_knowledge(settings.ontology_dir.resolve(), settings.rules_dir.resolve())
+    knowledge = load_knowledge(
+        settings.ontology_dir.resolve(), settings.rules_dir.resolve(), settings.rule_engine
+    )
     stores = TenantStores(
         settings.tenants_dir,
         knowledge=knowledge,

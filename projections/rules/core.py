@@ -202,11 +202,19 @@ class CoreReasoner:
         self.state: Any = None
 
     def _loaded(self, store: Store, graphs: Graphs) -> Any:
+        """A state holding the base facts the rules read, read predicate by predicate (a tenant's
+        base is mostly facts no rule reads: 1.8M quads at 100k memories, 0.6M of them read)."""
         assert _core is not None
         state = _core.State(self.engine.compiled)
+        reads = self.engine.reads
         for graph in graphs.base:
-            quads = store.quads_for_pattern(None, None, None, graph)
-            _call(state.load, self.engine.relevant(q.triple for q in quads))
+            if reads is None:
+                quads = store.quads_for_pattern(None, None, None, graph)
+                core_call(state.load, self.engine.relevant(q.triple for q in quads))
+                continue
+            for predicate in sorted(reads):
+                quads = store.quads_for_pattern(None, NamedNode(predicate), None, graph)
+                core_call(state.load, [(key(q.subject), key(q.predicate), key(q.object)) for q in quads])
         return state
 
     def materialize(self, store: Store, graphs: Graphs) -> int:
@@ -214,7 +222,7 @@ class CoreReasoner:
         started = time.monotonic()
         self.state = None
         state = self._loaded(store, graphs)
-        inferred = _call(state.materialize)
+        inferred = core_call(state.materialize)
         store.remove_graph(graphs.inferred)
         # the bulk loader, not a transaction: a re-materialisation is marked stale until it is done
         # (``TenantGraph._rematerialize``), so a crash part-way is re-materialised again on open
@@ -229,19 +237,21 @@ class CoreReasoner:
     ) -> UpdateStats:
         """Bring ``graphs.inferred`` up to date after base facts (already committed) changed."""
         stats, started = UpdateStats(), time.monotonic()
-        if self.state is None:  # first use since the store opened: from its base, the difference written
+        # a fact removed from the asserted graph but still in the ontology is not gone
+        gone = [fact for fact in dict.fromkeys(removed) if not RuleEngine._in(store, fact, graphs.base)]
+        plus_facts, gone_facts = self.engine.relevant(added), self.engine.relevant(gone)
+        state, self.state = self.state, None  # kept again only once the update went through
+        if state is None:
+            # first use since the store opened: a state of the base as it is now (the change in
+            # it), taken back to the base before the change, which the stored inferences were
+            # derived from (``TenantGraph`` re-materialises instead when they were not current),
+            # then forward again: the change's difference, without reading the inferred graph
             state = self._loaded(store, graphs)
-            want = {_triple(f) for f in _call(state.materialize)}
-            have = {q.triple for q in store.quads_for_pattern(None, None, None, graphs.inferred)}
-            gained, lost = list(want - have), list(have - want)
-            self.state = state
-        else:
-            # a fact removed from the asserted graph but still in the ontology is not gone
-            gone = [fact for fact in dict.fromkeys(removed) if not RuleEngine._in(store, fact, graphs.base)]
-            state, self.state = self.state, None  # kept again only once the update went through
-            plus, minus = _call(state.update, self.engine.relevant(added), self.engine.relevant(gone))
-            self.state = state
-            gained, lost = [_triple(f) for f in plus], [_triple(f) for f in minus]
+            core_call(state.settle)
+            core_call(state.update, gone_facts, plus_facts)
+        plus, minus = core_call(state.update, plus_facts, gone_facts)
+        self.state = state
+        gained, lost = [_triple(f) for f in plus], [_triple(f) for f in minus]
         for fact in lost:
             store.remove(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred))
         store.extend(Quad(fact.subject, fact.predicate, fact.object, graphs.inferred) for fact in gained)
@@ -257,10 +267,10 @@ class CoreReasoner:
         return {"facts": facts, "derived": derived, "terms": terms, "bytes": size}
 
 
-def _call(method: Any, *args: Any) -> Any:
+def core_call(method: Any, *args: Any) -> Any:
     """A call into the core; a panic there (a bug: a derivation count below zero, say) comes out as
-    a RuntimeError, which the graph answers by re-materialising, not as a BaseException that would
-    end the process."""
+    a RuntimeError (which a graph answers by re-materialising, the live path by planning in Python),
+    not as a BaseException that would end the process."""
     try:
         return method(*args)
     except Exception:

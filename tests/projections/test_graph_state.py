@@ -38,7 +38,7 @@ def answers(state: GraphState, subjects: set[NamedNode]) -> dict[NamedNode, tupl
 def test_the_store_and_a_fact_set_answer_and_decide_alike(seed: int, n: int) -> None:
     lines, _ = random_stream(random.Random(seed), "acme", n)
     facts = FactSet()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         store = TenantGraph(Path(tmp) / "graph", KNOWLEDGE)
         subjects: set[NamedNode] = set()
         for offset, line in enumerate(lines):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tantivy
+from engram.projections import index_source
 from engram.projections.bm25 import bm25
 from engram.projections.context import ContextOptions, build_context
 from engram.projections.indexes import TenantIndexes
@@ -178,7 +179,33 @@ def test_a_lost_index_is_rebuilt_from_the_graph(tmp_path: Path) -> None:
     assert contents(t.indexes()) == before
 
 
-def test_conversation_neighbours_are_read_when_the_store_opens(tmp_path: Path) -> None:
+def test_the_vector_ids_saved_with_the_index_are_read_back_without_the_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opens without reading every vector of its graph for the ids behind the labels; an
+    index saved without them (an older build) reads them from the graph as before."""
+    t = Tenant(tmp_path)
+    for i in range(4):
+        t.apply("MemoryRemembered", remembered(f"m{i}", content=f"{WORDS[i]} words"))
+    t.apply("MemoryForgotten", {"memory_id": "m1", "reason": "erasure request"})
+    live = dict(t.indexes().vectors.ids)
+    assert sorted(live.values()) == ["m0", "m2", "m3"]
+
+    def unread(*_: object) -> None:
+        raise AssertionError("the graph's vectors were read")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(index_source, "stored_vectors", unread)
+        t.reopen()
+        assert t.indexes().vectors.ids == live
+    t.stores.close()
+    [saved] = (tmp_path / "t" / "vectors").rglob("ids-*.json")
+    saved.unlink()
+    t.reopen()
+    assert t.indexes().vectors.ids == live
+
+
+def test_conversation_neighbours_are_read_on_first_use_after_the_store_opens(tmp_path: Path) -> None:
     t = Tenant(tmp_path)
     for i in range(3):
         evidence = {"conversation_id": "c1", "turn_ids": [f"t{i}"]}
@@ -186,8 +213,9 @@ def test_conversation_neighbours_are_read_when_the_store_opens(tmp_path: Path) -
     t.reopen()
     ix = t.indexes()
     threads = ix.threads
-    assert threads._threads == {"c1": [(threads._thread_of[f"m{i}"][1], f"m{i}") for i in range(3)]}
+    assert threads._threads is None  # not read as the store opens
     assert ix.neighbours("m1", 1) == ["m0", "m2"]
+    assert threads._threads == {"c1": [(threads._thread_of[f"m{i}"][1], f"m{i}") for i in range(3)]}
 
 
 def test_a_text_index_of_an_older_schema_is_rebuilt_when_opened(tmp_path: Path) -> None:
@@ -352,7 +380,7 @@ def test_engram_rebuild_index_rebuilds_both_with_progress(
     assert f"{len(WORDS)}/{len(WORDS)} memories" in err
 
 
-def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:
+def test_candidates_after_a_reopen_equal_ones_read_one_by_one(tmp_path: Path) -> None:
     from engram.projections.visibility import memory_facts
 
     t = Tenant(tmp_path)
@@ -362,7 +390,7 @@ def test_warmed_candidates_equal_ones_read_one_by_one(tmp_path: Path) -> None:
     t.apply("MemorySuperseded", {"memory_id": "c", "superseded_by": "u"})
     t.reopen()
     ix = t.indexes()
-    assert sorted(ix._lean) == ["c", "g", "u"]  # warmed when opened
+    assert ix._lean == {}  # nothing read ahead as the store opens: each read as asked for
     graph = t.stores.get("t")
     assert graph is not None
     for mid in ("c", "g", "u"):

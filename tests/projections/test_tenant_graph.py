@@ -113,6 +113,54 @@ def test_checkpoint_survives_reopening(tmp_path: Path) -> None:
     assert again.apply(event("MemoryRemembered", remembered("m1")), Position(0, 41)).status is Status.SKIPPED
 
 
+def test_the_projection_facts_kept_in_memory_equal_the_stores(tmp_path: Path) -> None:
+    """The checkpoint, the count and the rules' offset are read from the store once and kept with
+    each write: they must stay what the store holds, through commits, a refusal and a reopen."""
+    from engram.projections.terms import META, PROJECTION
+    from pyoxigraph import Store
+
+    g = TenantGraph(tmp_path / "graph")
+    g.apply(event("MemoryRemembered", remembered("m1")), Position(0, 1))
+    g.apply(event("MemoryRevised", {"memory_id": "nope", "changes": {"label": "A"}}), Position(0, 2))
+    g.apply(event("KpiObserved", {"metric": "roas", "value": 2.5, "period": "2026-12"}), Position(0, 3))
+    stored = {q.predicate.value: q.object for q in g.store.quads_for_pattern(PROJECTION, None, None, META)}
+    assert {k.removeprefix("https://engram.dev/ns#"): o for k, o in stored.items()} == g._metas()
+    assert len(stored) == len(g._metas()) == 6  # one value each: the old ones were removed
+    assert g.checkpoint() == Position(0, 3) and g.handled() == 3
+    g.rematerialize()
+    kept = dict(g._metas())
+    g.store = Store()  # a new store (an erasure's copy): nothing cached of the old one is kept
+    assert g._meta_cache is None and g.checkpoint() is None
+    del g
+    assert TenantGraph(tmp_path / "graph")._metas() == kept
+
+
+def test_a_series_replaced_in_place_flushes_its_tombstones(tmp_path: Path) -> None:
+    """Each KPI update replaces values (and the checkpoint) in place; the deletions it leaves in
+    RocksDB's memtable are stepped past by every scan until a flush, so once they reach
+    ``TOMBSTONES_PER_FLUSH`` the projector's flush between batches flushes that store, whatever
+    the memory budget (a KPI update stays flat instead of growing)."""
+    import asyncio
+
+    from engram.projections import tenant_graph
+    from engram.projections.stores import TenantStores
+
+    stores = TenantStores(tmp_path / "tenants")
+    g = stores.get("acme", create=True)
+    assert g is not None
+    due = 0
+    for i in range(1, 700):
+        kpi = event("KpiObserved", {"metric": "roas", "value": 2 + i / 1000, "period": "2026-12"})
+        assert g.apply(kpi, Position(0, i)).status is Status.APPLIED
+        if g.tombstones_due():
+            due += 1
+            assert g.removed_unflushed >= tenant_graph.TOMBSTONES_PER_FLUSH
+            assert asyncio.run(stores.flush_over_budget(0)) == 1  # no budget: the tombstones alone
+            assert g.removed_unflushed == 0 and not g.tombstones_due()
+    assert due >= 1
+    stores.close()
+
+
 def test_invalid_against_state_is_rejected_but_moves_the_position(tenant: Tenant) -> None:
     assert tenant.apply("MemoryRevised", {"memory_id": "ghost", "changes": {"label": "x"}}) is Status.REJECTED
     assert tenant.reason == "memory ghost not found"

@@ -96,7 +96,7 @@ def run(records: list[projector.Record], root: Path, sizes: list[int]) -> tuple[
 @given(st.integers(0, 2**32), st.lists(st.integers(1, 40), min_size=1, max_size=10))
 def test_batches_of_random_sizes_equal_one_record_at_a_time(seed: int, sizes: list[int]) -> None:
     records = hostile_records(seed, 25)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         one = run(records, Path(tmp) / "one", [1])
         batched = run(records, Path(tmp) / "batched", sizes)
     assert batched[0] == one[0]  # outcomes, with reasons and the memories to reindex

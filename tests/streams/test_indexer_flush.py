@@ -5,6 +5,7 @@ reopened after the stop has nothing to catch up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 from pathlib import Path
 
@@ -101,3 +102,62 @@ def test_the_flusher_commits_an_overlay_once_it_is_old_enough(tmp_path: Path, mo
     assert counts == [1] and indexer.flushes == 1  # by the flusher, not the stop
     # and glibc was given back what the commit freed, once (the stop committed nothing)
     assert indexer.trims == (1 if return_freed_memory() else 0)
+
+
+def _tantivy_writer_threads() -> int:
+    """This process's threads that a tantivy writer runs (its indexer and its merge threads)."""
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            names.append((task / "comm").read_text().strip())
+    return sum(n.startswith(("merge_thread", "thrd-tantivy-in", "segment_updater")) for n in names)
+
+
+def test_an_idle_writer_is_closed_and_the_next_write_opens_one_again(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A writer's threads end once its index is idle for WRITER_IDLE_S; a later write is committed
+    and searchable as before (a new writer, the old one's segments kept)."""
+    monkeypatch.setattr("engram.streams.indexer.FLUSH_AFTER_S", 0.2)
+    monkeypatch.setattr("engram.projections.text_index.FLUSH_AFTER_S", 0.2)
+    monkeypatch.setattr("engram.projections.text_index.WRITER_IDLE_S", 0.3)
+    tenant_stores = stores(tmp_path)
+    indexer = Indexer(tenant_stores, Progress())
+    seen: dict[str, object] = {}
+
+    async def write(offset: int, mid: str, words: str) -> None:
+        graph = tenant_stores.get("t", create=True)
+        assert graph is not None
+        ev = embed_missing([(0, event("MemoryRemembered", remembered(mid, content=words), tenant="t"))], EMB)
+        outcome = graph.apply(ev[0][1], Position(0, offset, 1_700_000_000_000 + offset))
+        indexer.submit("t", Position(0, offset), outcome, (mid,))
+
+    async def until(check) -> bool:  # type: ignore[no-untyped-def]
+        for _ in range(200):
+            if check():
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def go() -> None:
+        await indexer.start()
+        assert tenant_stores.get("t", create=True) is not None
+        indexes = tenant_stores.indexes("t")
+        assert indexes is not None
+        await write(0, "cap", "meta budget cap")
+        seen["committed"] = await until(lambda: indexes.text.index.searcher().num_docs == 1)
+        seen["writer_threads_while_writing"] = _tantivy_writer_threads()
+        seen["released"] = await until(lambda: indexer.writers_released == 1)
+        seen["writer_threads_idle"] = _tantivy_writer_threads()
+        await write(1, "tone", "no emoji in meta copy")
+        seen["again"] = await until(lambda: indexes.text.index.searcher().num_docs == 2)
+        seen["found"] = sorted(i for i, _ in indexes.text.search("meta", 10))
+        await indexer.stop()
+
+    try:
+        asyncio.run(go())
+    finally:
+        tenant_stores.close()
+    assert seen["committed"] and seen["released"] and seen["again"]
+    # its indexing thread, its segment updater and four merge threads (measured relative: another
+    # test's leftover writer in this process would count in both)
+    assert seen["writer_threads_while_writing"] - seen["writer_threads_idle"] >= 6  # type: ignore[operator]
+    assert seen["found"] == ["cap", "tone"]

@@ -91,7 +91,7 @@ def test_recursive_program_incremental_equals_full(ops: list[tuple[bool, int, in
     """Edges added and removed; now and then a fact like the RANK's heads asserted or retracted, or
     its limit changed to another number (0 to 4)."""
     engine = RuleEngine(parse_rules(REACH))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         store = seeded(Store(tmp))
         engine.materialize(store, GRAPHS)
         for add, a, b, kind in ops:
@@ -108,7 +108,7 @@ def test_a_rank_head_asserted_then_retracted_is_derived_again() -> None:
     retracted (nothing the rank reads changed), the rank derives it again."""
     engine = RuleEngine(parse_rules(REACH))
     top = Triple(node(0), NamedNode(EX + "top"), Literal(1))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         store = Store(tmp)
         store.extend(Quad(node(i), NamedNode(EX + "node"), Literal(True), BASE) for i in range(3))
         store.add(Quad(NamedNode(EX + "cfg"), NamedNode(EX + "k"), Literal(2), BASE))
@@ -128,7 +128,7 @@ def test_a_rank_head_asserted_then_retracted_is_derived_again() -> None:
 
 def test_an_alternative_derivation_survives_a_deletion() -> None:
     engine = RuleEngine(parse_rules(REACH))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         store = Store(tmp)
         for a, b in [(0, 1), (1, 2), (0, 2)]:
             store.add(Quad(*edge(a, b), BASE))
@@ -223,7 +223,7 @@ def test_a_bind_head_follows_a_change_of_datatype() -> None:
     engine = RuleEngine(
         parse_rules(f"PREFIX : <{EX}>\n[?x, :half, ?h] :- [?x, :v, ?v], BIND(?v / 2 AS ?h) .")
     )
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         store = Store(tmp)
         old = Triple(node(0), NamedNode(EX + "v"), Literal(4))
         new = Triple(node(0), NamedNode(EX + "v"), Literal(4.0))
@@ -240,7 +240,7 @@ def test_blank_nodes_in_changed_facts_are_handled_unseeded() -> None:
     from pyoxigraph import BlankNode
 
     engine = RuleEngine(parse_rules(REACH))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         store = Store(tmp)
         b = BlankNode()
         first, second = Triple(node(0), NamedNode(EX + "edge"), b), Triple(b, NamedNode(EX + "edge"), node(1))

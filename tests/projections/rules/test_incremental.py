@@ -214,7 +214,7 @@ OPS = st.one_of(
 def test_incremental_equals_full_rematerialisation_after_every_step(
     setup: list[tuple[str, dict]], ops: list[tuple[str, dict]]
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         graph = TenantGraph(Path(tmp) / "graph", knowledge_with_cap(Path(tmp), cap=2))
         for offset, (etype, payload) in enumerate(setup + ops):
             if (ev := built(etype, payload)) is None:
@@ -238,7 +238,10 @@ def test_incremental_equals_full_after_every_batch_of_random_size(
     then one rule update seeded by all of it: after each batch the inferred facts equal a from-scratch
     materialisation, and at the end the store equals the same events applied one at a time. The
     engine's queries take at most ``chunk`` seeds each (2: a batch's seeds are always split)."""
-    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(rule_engine, "SEED_CHUNK", chunk):
+    with (
+        tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp,
+        mock.patch.object(rule_engine, "SEED_CHUNK", chunk),
+    ):
         knowledge = knowledge_with_cap(Path(tmp), cap=2)
         batched = TenantGraph(Path(tmp) / "batched", knowledge)
         single = TenantGraph(Path(tmp) / "single", knowledge)
@@ -320,7 +323,7 @@ def test_proposals_against_several_memories_incremental_equals_full_and_batched_
     """Accepting a proposal supersedes each memory it names in one event: after every batch the
     inferred facts equal a from-scratch materialisation, and the store equals the same events
     applied one at a time (live = replay)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         knowledge = knowledge_with_cap(Path(tmp), cap=2)
         batched = TenantGraph(Path(tmp) / "batched", knowledge)
         single = TenantGraph(Path(tmp) / "single", knowledge)
@@ -390,7 +393,10 @@ def test_live_rank_kept_incrementally_equals_ranked_from_scratch(
     it, members revised, superseded, forgotten and restored, memories recorded in the same second
     (the id breaks the tie); after every batch it equals a ranking from scratch, also when the
     changed items are ranked in chunks of 2 or 4 and the chunks' firsts ranked again."""
-    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(rule_engine, "SEED_CHUNK", chunk):
+    with (
+        tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp,
+        mock.patch.object(rule_engine, "SEED_CHUNK", chunk),
+    ):
         graph = TenantGraph(Path(tmp) / "graph", knowledge_with_cap(Path(tmp), cap=3))
         steps = []
         for offset, (etype, payload) in enumerate(setup + ops):
