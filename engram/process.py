@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -68,39 +68,77 @@ STOP_BROKER_PARTS_S = 6.0
 LAST_STEP_S = 1.0  # what a part gets once that time is spent
 
 
+# The stops cut short, and what each stopped: their tasks may run on (see ``bounded``)
+CUT_SHORT: dict[asyncio.Future[object], str] = {}
+
+
 async def bounded(step: Awaitable[object], what: str, deadline: float) -> None:
     """Await ``step`` (a part's stop) until ``deadline`` (the loop's clock; at least ``LAST_STEP_S``
-    from now); past it, it is cancelled, said, and the stop goes on, so the stores are still
-    flushed and closed. (A Faust app's stop takes the cancellation and returns: the timeout's own
-    state says whether it fired.)"""
+    from now); past it, it is said and left behind, and the stop goes on, so the stores are still
+    flushed and closed. Left, not cancelled into: a Faust app's stop takes a cancellation as the
+    end of one child's stop and awaits the next (mode's ``Service.stop``), so a timeout around it
+    did not bound it (a clean-clone run hung there); the step runs as its own task, which is
+    cancelled and kept in ``CUT_SHORT`` for ``exit_past_stuck_stops``."""
     loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(step)
     try:
-        async with asyncio.timeout_at(max(deadline, loop.time() + LAST_STEP_S)) as limit:
-            await step
-    except TimeoutError:
-        pass
-    if limit.expired():
-        # its own line, not a template the log's summary would fold into the first part's
-        log.warning(f"{what} did not stop in time (is the broker down?): cut short")
+        await asyncio.wait({task}, timeout=max(deadline - loop.time(), LAST_STEP_S))
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task.done():
+        task.result()  # a stop that failed raises, as awaited
+        return
+    task.cancel()
+    CUT_SHORT[task] = what
+    # its own line, not a template the log's summary would fold into the first part's
+    log.warning(f"{what} did not stop in time (is the broker down?): cut short")
 
 
-def exit_past_stuck_threads(code: int = 0, grace_s: float = 2.0) -> int:
-    """``code``, once the threads a stop left behind have ended; a thread still running after
-    ``grace_s`` (a Faust consumer whose stop was cut short, retrying a broker that is down) would
-    keep the process alive for ever, so it exits without them (``os._exit``: the stores were
-    flushed and closed by then, and the log is consumed again from the committed offsets)."""
+def exit_past_stuck_stops(code: int = 0, grace_s: float = 2.0) -> int:
+    """``code``, once the threads a stop left behind have ended. One still running after ``grace_s``
+    (a Faust consumer's, retrying a broker that is down) would keep the process alive for ever, so
+    it exits without them (``os._exit``: the stores were flushed and closed by then, and the log is
+    consumed again from the committed offsets). Called by the commands (``run_command``), never
+    inside a test's process."""
     deadline = time.monotonic() + grace_s
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     for thread in others:
         thread.join(max(0.0, deadline - time.monotonic()))
-    stuck = [t.name for t in others if t.is_alive()]
+    return _exit_without([t.name for t in others if t.is_alive()], code)
+
+
+def _exit_without(stuck: list[str], code: int) -> int:
     if not stuck:
         return code
-    log.warning("exiting without the threads that did not stop: %s", ", ".join(stuck))
+    log.warning("exiting without what did not stop: %s", ", ".join(stuck))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def run_command(main: Coroutine[object, object, None]) -> int:
+    """``asyncio.run(main)`` for a command that stops its parts (``serve``, ``worker``), and its
+    exit code. A stop cut short (``bounded``) that takes no cancellation would hang ``asyncio.run``,
+    which cancels every task left and waits for them: the process exits first, without them; then
+    ``exit_past_stuck_stops`` for the threads."""
+
+    async def then_exit() -> None:
+        try:
+            await main
+        except BaseException:
+            _exit_without(cut_short(), 1)
+            raise
+        _exit_without(cut_short(), 0)
+
+    asyncio.run(then_exit())
+    return exit_past_stuck_stops(0)
+
+
+def cut_short() -> list[str]:
+    """The stops ``bounded`` left behind that still run."""
+    return [what for task, what in CUT_SHORT.items() if not task.done()]
 
 
 @dataclass

@@ -78,7 +78,7 @@ def serve(settings: Settings, args: argparse.Namespace, *, kind: str = "serve") 
 
     from engram.api.main import create_app
     from engram.api.server import uvicorn_config
-    from engram.process import exit_past_stuck_threads, running
+    from engram.process import run_command, running
     from engram.streams.log_keys import check_log_keys
     from engram.streams.topics import ensure_topics
 
@@ -108,8 +108,7 @@ def serve(settings: Settings, args: argparse.Namespace, *, kind: str = "serve") 
             await seed_demo(settings, app)
         await serving
 
-    asyncio.run(main())
-    return exit_past_stuck_threads(0)
+    return run_command(main())
 
 
 def worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -118,11 +117,10 @@ def worker(settings: Settings, args: argparse.Namespace) -> int:
     projects and captures its tenants and serves no HTTP: FastAPI is never imported."""
     if settings.advertised_url:
         return serve(settings, argparse.Namespace(demo=False), kind="worker")
-    from engram.process import exit_past_stuck_threads, work_until_signalled
+    from engram.process import run_command, work_until_signalled
 
     print(settings.data_dir_notice(), file=sys.stderr, flush=True)
-    asyncio.run(work_until_signalled(settings))
-    return exit_past_stuck_threads(0)
+    return run_command(work_until_signalled(settings))
 
 
 DEMO_TENANT = "acme"

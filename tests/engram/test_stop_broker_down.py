@@ -46,7 +46,11 @@ def test_sigterm_with_the_broker_down_stops_promptly_and_keeps_what_was_applied(
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        server.proc.wait(timeout=45)
+        try:
+            server.proc.wait(timeout=45)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            pytest.fail(f"not stopped 45 s after SIGTERM\n{log_path.read_text()[-3000:]}")
         took = time.monotonic() - signalled
     finally:
         server.kill()
@@ -64,13 +68,43 @@ def test_sigterm_with_the_broker_down_stops_promptly_and_keeps_what_was_applied(
         stores.close()
 
 
+# a stop like a Faust app's: a cancellation ends one child's stop, and the next is awaited
+UNCANCELLABLE = (
+    "import asyncio, time\n"
+    "from engram.logs import setup_logging\n"
+    "from engram.process import bounded, run_command\n"
+    "setup_logging()\n"
+    "async def stop_children():\n"
+    "    for _ in range(1000):\n"
+    "        try:\n"
+    "            await asyncio.sleep(3600)\n"
+    "        except asyncio.CancelledError:\n"
+    "            pass\n"
+    "async def main():\n"
+    "    loop = asyncio.get_running_loop()\n"
+    "    await bounded(stop_children(), 'the stubborn part', loop.time() + 0.5)\n"
+    "    print('went on', flush=True)\n"
+    "raise SystemExit(run_command(main()))\n"
+)
+
+
+def test_a_stop_that_takes_no_cancellation_is_left_behind_and_the_process_exits() -> None:
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", UNCANCELLABLE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - began < 30
+    assert done.stdout == "went on\n"
+    assert "the stubborn part did not stop in time (is the broker down?): cut short" in done.stderr
+    assert "exiting without what did not stop: the stubborn part" in done.stderr, done.stderr
+
+
 STUCK = (
     "import threading, time\n"
     "from engram.logs import setup_logging\n"
-    "from engram.process import exit_past_stuck_threads\n"
+    "from engram.process import exit_past_stuck_stops\n"
     "setup_logging()\n"
     "threading.Thread(target=time.sleep, args=(3600,), name='stuck-consumer').start()\n"
-    "raise SystemExit(exit_past_stuck_threads(0, grace_s=0.2))\n"
+    "raise SystemExit(exit_past_stuck_stops(0, grace_s=0.2))\n"
 )
 
 
@@ -79,4 +113,4 @@ def test_a_thread_left_running_by_a_stop_does_not_keep_the_process_alive() -> No
     done = subprocess.run([sys.executable, "-c", STUCK], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - began < 20
-    assert "exiting without the threads that did not stop: stuck-consumer" in done.stderr, done.stderr
+    assert "exiting without what did not stop: stuck-consumer" in done.stderr, done.stderr
