@@ -1,5 +1,5 @@
-"""One and two `engram serve` processes in one consumer group (stores in memory, one object store,
-key store and auth secret), on the local broker. Prints JSON.
+"""One and two `engram serve` processes in one consumer group (one object store, key store and auth
+secret; stores on disk, the default, or in memory: ``--stores``), on the local broker. Prints JSON.
 
 1. ``rate``: ``bench/throughput.py``'s workload (N events over T tenants) produced at once, then
    the seconds until the processes have handled them all (their ``/readyz`` counts): events/s wall
@@ -10,6 +10,11 @@ key store and auth secret), on the local broker. Prints JSON.
 3. ``takeover``: the T tenants spread over two processes; the second is stopped (SIGTERM: it saves
    its tenants and leaves the group) or killed (SIGKILL: the group notices after its session
    timeout, 10 s); seconds until every one of its tenants answers a read through the survivor.
+4. ``simulate`` (``--simulate N``): N small tenants (2 events each) through two processes on disk
+   with room for ``--max-open`` open stores each (so they open, evict and reopen), then one stopped
+   (its tenants move to the other, restored from their snapshots); after each phase, per process:
+   threads, file descriptors, RSS, stores open, tenant copies on its disk; and the time to the
+   first answer of cold tenants (not open), before and after the move.
 """
 
 from __future__ import annotations
@@ -41,11 +46,16 @@ PARTITIONS = 12
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def settings_pair(tmp: Path, session_timeout_s: float = 10.0) -> tuple[Settings, Settings]:
+def settings_pair(
+    tmp: Path, session_timeout_s: float = 10.0, store: str = "disk", **more: Any
+) -> tuple[Settings, Settings]:
+    """Two processes' settings: one object store (outside both data directories, so on disk their
+    stores are caches of its snapshots: ``Settings.tenants_move``), key store and secret."""
     a = isolated_settings(load_settings(), tmp / "a", partitions=PARTITIONS).model_copy(
         update={
+            **more,
             "session_timeout_s": session_timeout_s,
-            "store": "memory",
+            "store": store,
             "archive_dir": tmp / "objects",
             "keys_dir": tmp / "keys",
             "auth_secret": secrets.token_urlsafe(32),
@@ -101,10 +111,10 @@ def produce(settings: Settings, events: list[dict]) -> None:
     asyncio.run(run())
 
 
-def rate(processes: int, events: list[dict]) -> dict[str, float]:
+def rate(processes: int, events: list[dict], store: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
         tmp = Path(tmp_)
-        sa, sb = settings_pair(tmp)
+        sa, sb = settings_pair(tmp, store=store)
         servers = started([sa, sb][:processes], tmp)
         try:
             before = [cpu_s(s) for s in servers]
@@ -122,11 +132,16 @@ def rate(processes: int, events: list[dict]) -> dict[str, float]:
 
 
 def reads_and_takeover(
-    events: list[dict], tenants: int, n_reads: int, how: str, session_timeout_s: float = 10.0
+    events: list[dict],
+    tenants: int,
+    n_reads: int,
+    how: str,
+    session_timeout_s: float = 10.0,
+    store: str = "disk",
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
         tmp = Path(tmp_)
-        sa, sb = settings_pair(tmp, session_timeout_s)
+        sa, sb = settings_pair(tmp, session_timeout_s, store)
         a, b = started([sa, sb], tmp)
         try:
             produce(sa, events)
@@ -170,16 +185,20 @@ def reads_and_takeover(
             asyncio.run(drop_topics(sa.kafka_bootstrap, sa.topic_prefix))
 
 
-def takeovers(events: list[dict], tenants: int, reps: int, timeouts: str) -> dict[str, Any]:
-    """The takeover alone, side by side: SIGTERM, then kill -9 under each session timeout, in turn,
-    ``reps`` times; min and median seconds of each (and the tenants moved, ~half of them)."""
-    cases = [("stop", 10.0)] + [("kill", float(t)) for t in timeouts.split(",")]
-    seconds: dict[str, list[float]] = {f"{how}_session_{t:g}s": [] for how, t in cases}
+def takeovers(
+    events: list[dict], tenants: int, reps: int, timeouts: str, stores: list[str]
+) -> dict[str, Any]:
+    """The takeover alone, side by side: SIGTERM, then kill -9 under each session timeout, for each
+    store mode, in turn, ``reps`` times; min and median seconds of each (and the tenants moved, ~half
+    of them)."""
+    cases = [(store, "stop", 10.0) for store in stores]
+    cases += [(store, "kill", float(t)) for t in timeouts.split(",") for store in stores]
+    seconds: dict[str, list[float]] = {f"{store}_{how}_session_{t:g}s": [] for store, how, t in cases}
     moved = []
     for _ in range(reps):
-        for how, t in cases:
-            got = reads_and_takeover(events, tenants, 0, how, t)
-            seconds[f"{how}_session_{t:g}s"].append(got[f"takeover_s_{how}"])
+        for store, how, t in cases:
+            got = reads_and_takeover(events, tenants, 0, how, t, store)
+            seconds[f"{store}_{how}_session_{t:g}s"].append(got[f"takeover_s_{how}"])
             moved.append(got["tenants_moved"])
     return {
         "events": len(events),
@@ -238,6 +257,88 @@ def rebalances(events: int, tenants: int, reps: int, timeouts: str, seconds: flo
     }
 
 
+def footprint(server: Server) -> dict[str, Any]:
+    """A process's threads, file descriptors, RSS, open stores and tenant copies on its disk."""
+    assert server.proc is not None
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+    field = {line.split(":")[0]: line.split(":")[1].split() for line in status.splitlines()}
+    page = httpx.get(f"{server.url}/metrics", timeout=30).text
+    open_stores = next(
+        float(line.split()[-1]) for line in page.splitlines() if line.startswith("engram_open_stores ")
+    )
+    tenants_dir = server.settings.tenants_dir
+    copies = sum(1 for d in tenants_dir.iterdir() if (d / "graph").is_dir()) if tenants_dir.is_dir() else 0
+    return {
+        "threads": int(field["Threads"][0]),
+        "fds": len(os.listdir(f"/proc/{server.proc.pid}/fd")),
+        "rss_mib": round(int(field["VmRSS"][0]) / 1024, 1),
+        "open_stores": int(open_stores),
+        "tenant_copies_on_disk": copies,
+    }
+
+
+def first_answers(server: Server, tenants: list[str]) -> dict[str, float]:
+    """Seconds to the first answer (a list of its memories) of each of ``tenants``, one at a time:
+    p50 and max, and how many answered 200."""
+    took, ok = [], 0
+    with httpx.Client(auth=server.http.auth, timeout=60) as http:
+        for t in tenants:
+            t0 = time.perf_counter()
+            r = http.get(f"{server.url}/v1/tenants/{t}/memories", params={"limit": "5"})
+            took.append(time.perf_counter() - t0)
+            ok += r.status_code == 200 and bool(r.json()["data"])
+    return {"p50_s": round(statistics.median(took), 3), "max_s": round(max(took), 3), "answered": ok}
+
+
+def simulate(n: int, max_open: int, sample: int) -> dict[str, Any]:
+    """``n`` small tenants through two processes on disk (the default mode, scaled out), each with
+    room for ``max_open`` open stores; then the second stopped and its tenants moved."""
+    events = workload(2 * n, n)  # each tenant: a memory, then a revision, a KPI or another memory
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
+        tmp = Path(tmp_)
+        sa, sb = settings_pair(tmp, max_open_stores=max_open, snapshot_after_s=2.0)
+        a, b = started([sa, sb], tmp)
+        try:
+            t0 = time.monotonic()
+            produce(sa, events)
+            last = 0
+            while (done := handled(a) + handled(b)) < len(events):
+                if done - last >= 2000:
+                    print(
+                        json.dumps({"handled": done, "of": len(events), "s": round(time.monotonic() - t0)}),
+                        flush=True,
+                    )
+                    last = done
+                time.sleep(0.5)
+            wall = time.monotonic() - t0
+            owners = {p["partition"]: p["owner"] for p in wait_members(sa, 2)["partitions"]}
+            names = sorted({e["tenant"] for e in events})
+            of_b = [t for t in names if owners[partition_for(t, PARTITIONS)] == b.url]
+            of_a = [t for t in names if t not in set(of_b)]
+            out: dict[str, Any] = {
+                "tenants": n,
+                "events": len(events),
+                "max_open_stores": max_open,
+                "projected_s": round(wall, 1),
+                "events_per_s": round(len(events) / wall),
+                "after_projecting": {"a": footprint(a), "b": footprint(b)},
+                # the first tenants projected were evicted long since: cold
+                "cold_first_answer": first_answers(a, of_a[:sample]),
+            }
+            stopped = time.monotonic()
+            b.kill(signal.SIGTERM)  # its tenants are snapshotted if unsaved, and move to a
+            wait_members(sa, 1)
+            out["rebalanced_s"] = round(time.monotonic() - stopped, 2)
+            out["moved_tenants"] = len(of_b)
+            out["moved_cold_first_answer"] = first_answers(a, of_b[:sample])  # restored from snapshots
+            out["after_the_move"] = {"a": footprint(a)}
+            return out
+        finally:
+            a.stop()
+            b.stop()
+            asyncio.run(drop_topics(sa.kafka_bootstrap, sa.topic_prefix))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--events", type=int, default=3000)
@@ -251,6 +352,14 @@ def main() -> None:
     )
     p.add_argument("--session-timeouts", default="10", help="comma-separated seconds (kill -9 takeover)")
     p.add_argument(
+        "--stores", default="disk", help="comma-separated store modes: disk, memory (side by side)"
+    )
+    p.add_argument("--simulate", type=int, metavar="N", help="only the simulation of N small tenants")
+    p.add_argument("--max-open", type=int, default=500, help="open stores each process may hold (--simulate)")
+    p.add_argument(
+        "--sample", type=int, default=50, help="cold tenants read for their first answer (--simulate)"
+    )
+    p.add_argument(
         "--rebalances",
         type=float,
         metavar="SECONDS",
@@ -258,26 +367,31 @@ def main() -> None:
         "--session-timeouts, --reps times interleaved",
     )
     args = p.parse_args()
+    stores = args.stores.split(",")
+    if args.simulate:
+        print(json.dumps(simulate(args.simulate, args.max_open, args.sample), indent=2))
+        return
     if args.rebalances:
         got = rebalances(args.events, args.tenants, args.reps, args.session_timeouts, args.rebalances)
         print(json.dumps(got, indent=2))
         return
     events = workload(args.events, args.tenants)
     if args.takeover_only:
-        print(json.dumps(takeovers(events, args.tenants, args.reps, args.session_timeouts), indent=2))
+        print(json.dumps(takeovers(events, args.tenants, args.reps, args.session_timeouts, stores), indent=2))
         return
-    runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
-    for _ in range(args.reps):  # alternating, so the machine's load falls on both alike
-        for processes in (1, 2):
-            runs[processes].append(rate(processes, events))
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {(s, n): [] for s in stores for n in (1, 2)}
+    for _ in range(args.reps):  # alternating, so the machine's load falls on each alike
+        for store, processes in runs:
+            runs[store, processes].append(rate(processes, events, store))
     result: dict[str, Any] = {"events": args.events, "tenants": args.tenants, "partitions": PARTITIONS}
-    for processes, got in runs.items():
+    for (store, processes), got in runs.items():
         for key in ("events_per_s", "events_per_cpu_s"):
             values = [g[key] for g in got]
             median = statistics.median(values)
-            result[f"{processes}p_{key}"] = {"min": round(min(values)), "median": round(median)}
-    result |= reads_and_takeover(events, args.tenants, args.reads, "stop")
-    result |= reads_and_takeover(events, args.tenants, 0, "kill")
+            result[f"{store}_{processes}p_{key}"] = {"min": round(min(values)), "median": round(median)}
+    for store in stores:
+        result[store] = reads_and_takeover(events, args.tenants, args.reads, "stop", store=store)
+        result[store] |= reads_and_takeover(events, args.tenants, 0, "kill", store=store)
     print(json.dumps(result, indent=2))
 
 

@@ -190,6 +190,7 @@ def compose_projection(settings: Settings, url: str, kind: str = "serve") -> Pro
         keys=KeyStore(settings.key_store_dir),
         embed=memory_embedding(embedder),
         memory=settings.store == "memory",
+        cached=settings.tenants_move,  # on disk: a cache of the tenant's snapshots
     )
     objects = open_objects(settings)
     snapshots = Snapshots(objects, settings.snapshot_interval, keep=settings.snapshot_keep)

@@ -217,8 +217,9 @@ class Settings(BaseSettings):
     snapshot_after_s: float = Field(
         5.0,
         gt=0,
-        description="With `ENGRAM_STORE=memory`, a tenant's unsaved events are snapshotted at most this "
-        "long after it was last saved; the projector's committed offsets wait for its snapshots.",
+        description="When tenants move (in memory, or on disk with a shared object store), a tenant's "
+        "unsaved events are snapshotted at most this long after it was last saved; the projector's committed "
+        "offsets wait for its snapshots.",
     )
     projector_batch_max: int = Field(
         2000,
@@ -371,6 +372,20 @@ class Settings(BaseSettings):
     @property
     def archive_root(self) -> Path:
         return self.archive_dir or self.data_dir / "archive"
+
+    @property
+    def tenants_move(self) -> bool:
+        """Whether this process shares its tenants with the others of a group: in memory (a tenant
+        lives in its snapshots), or on disk with an object store other processes can share (S3, or
+        ``ENGRAM_ARCHIVE_DIR`` outside the data directory). Then every process sharing that object
+        store joins one consumer group, each projects its share of the partitions, and a tenant's
+        store on disk is a cache of its newest snapshot (``projections.stores``). With the object
+        store inside its own data directory a process is alone: it projects every tenant."""
+        if self.store == "memory" or (self.s3_endpoint and self.s3_bucket):
+            return True
+        return self.archive_dir is not None and not self.archive_dir.resolve().is_relative_to(
+            self.data_dir.resolve()
+        )
 
     def token_secret(self) -> str:
         """The HS256 secret: ENGRAM_AUTH_SECRET, or one made once per data directory (mode 0600)."""

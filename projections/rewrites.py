@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from engram.projections.knowledge import Knowledge
 from engram.projections.seams import Snapshotter
 from engram.projections.tenant_graph import TenantGraph, opened
 from pyoxigraph import Store
@@ -34,6 +35,8 @@ class Host(Protocol):
 
     root: Path
     memory: bool  # graphs held in memory, durable through the snapshots
+    cached: bool  # graphs on disk, caches of their snapshots (so durable through them too)
+    knowledge: Knowledge
     snapshots: Snapshotter | None  # set after the stores are made, by the process that takes them
     erasure_listeners: list[Callable[[str], None]]
 
@@ -130,6 +133,8 @@ class StoreRewrites:
                 del source
                 self._swap(tenant)
             graph = None
+            if host.cached:
+                await asyncio.to_thread(self._snapshot_rewritten, tenant)
             purged = await asyncio.to_thread(self._purge_copies, tenant)
             self.erased(tenant)
             took_ms = (time.perf_counter() - started) * 1e3
@@ -162,8 +167,23 @@ class StoreRewrites:
         """An erasure, synchronously: for a store opened with the mark a crash left."""
         if self.host.exists(tenant):
             self.vacuum(tenant)
+        if self.host.cached:
+            self._snapshot_rewritten(tenant)
         self._purge_copies(tenant)
         self.erased(tenant)
+
+    def _snapshot_rewritten(self, tenant: str) -> None:
+        """A store on disk that is a cache of its snapshots, rewritten without the words, is
+        snapshotted before the older snapshots are purged: one durable copy of the tenant's events
+        is left (the commits past the forget wait for it), and none holds the words."""
+        snapshots, path = self.host.snapshots, self.host.store_path(tenant)
+        if snapshots is None or not path.is_dir():
+            return
+        graph = self.host.open_graph(tenant) or opened(tenant, lambda: TenantGraph(path, self.host.knowledge))
+        if graph.checkpoint() is not None:
+            snapshots.take(tenant, graph)
+        del graph
+        gc.collect()  # a graph opened here lets go of the store before the projector opens it
 
     def _purge_copies(self, tenant: str) -> int:
         """The erasure's copies on disk besides the store: the text index and the snapshots (how
@@ -172,7 +192,8 @@ class StoreRewrites:
         snapshots = self.host.snapshots
         if snapshots is None:
             return 0
-        if self.host.memory:  # the newest, taken after the forget, is the tenant's one durable copy
+        if self.host.memory or self.host.cached:  # the newest, taken after the forget (and the
+            # store's rewrite), is the tenant's one durable copy
             newest = snapshots.newest(tenant)
             return snapshots.purge(tenant, keep=newest.offset if newest is not None else None)
         return snapshots.purge(tenant)

@@ -7,10 +7,19 @@ imports running one way, and lets a test or another backend stand in.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from engram.projections.tenant_graph import TenantGraph
+from engram.schemas.events import Position
 from pyoxigraph import Store
+
+PICKS = 3  # a reader whose snapshot was deleted under it picks again this many times in all
+
+
+class Vanished(ValueError):
+    """The snapshot a reader picked was deleted (pruned, or purged after a forget) before it was
+    read: another process took a newer one. The reader picks again (``PICKS`` times in all)."""
 
 
 class Keys(Protocol):
@@ -39,8 +48,13 @@ class Snapshotter(Protocol):
 
     def load_newest(self, tenant: str) -> tuple[Snapshot | None, Store]: ...
 
+    def restore(self, snap: Snapshot, target: Path) -> None: ...
+
 
 class Snapshot(Protocol):
-    """What a tenant's in-memory store opens from: a snapshot's checkpoint offset."""
+    """What a tenant's store opens from: a snapshot's checkpoint."""
 
     offset: int
+
+    @property
+    def position(self) -> Position: ...

@@ -5,6 +5,15 @@ from the tenant's newest snapshot (``Snapshotter.load``) and the log after it co
 projector's consumer, whose committed offsets never pass what the snapshots hold (see
 ``streams.projector_app``). A tenant's directory then holds a ``memory`` mark (the tenant exists),
 its search indexes and erasure mark; an unsaved tenant is snapshotted before it is evicted.
+
+With ``cached`` (on disk, when the processes of a group share one object store:
+``Settings.tenants_move``) a tenant's store on disk is a cache of its newest snapshot and the log
+after it, durable through snapshots in the same way: the projector commits no offset past them.
+Opened, it is used only if it holds at least the newest snapshot's events (another process may
+have projected the tenant past this copy while it owned its partition); otherwise that snapshot is
+restored in its place. When its partition leaves this process the tenant is snapshotted if
+unsaved, closed, and its directory deleted: a copy here would be stale, and it would keep the
+words of any memory its new owner forgets.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from pathlib import Path
 from engram.projections.indexes import EmbedMemories, TenantIndexes
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.rewrites import ERASING, StoreRewrites
-from engram.projections.seams import Keys, Snapshotter
+from engram.projections.seams import PICKS, Keys, Snapshotter, Vanished
 from engram.projections.tenant_graph import QUAD_MEMTABLE_BYTES, TenantGraph, opened
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
@@ -31,6 +40,15 @@ from pyoxigraph import Store
 log = logging.getLogger(__name__)
 
 MEMORY = "memory"  # in a tenant's directory when its graph is held in memory (and in snapshots)
+
+
+def behind(checkpoint: Position | None, snapshot: Position) -> bool:
+    """Whether a store at ``checkpoint`` lacks events a snapshot at ``snapshot`` holds."""
+    return (
+        checkpoint is None
+        or checkpoint.partition != snapshot.partition
+        or checkpoint.offset < snapshot.offset
+    )
 
 
 def _libc_trim() -> Callable[[int], int] | None:
@@ -69,16 +87,21 @@ class TenantStores:
         keys: Keys | None = None,
         embed: EmbedMemories | None = None,
         memory: bool = False,
+        cached: bool = False,
     ) -> None:
         """``vectors`` is the (model, dimension) the vector indexes hold; None keeps no indexes.
         ``embed`` re-embeds a revised memory by that model as the indexes refresh it.
         ``keys`` unseals memory events (without it every sealed event reads as erased).
         ``memory``: graphs in memory, durable through ``snapshots`` (volatile without them).
+        ``cached``: graphs on disk, caches of their snapshots (the module's docstring).
         ``max_open``, ``max_open_bytes``: at most that many tenants open, holding at most that much
         memory by their estimates (``resident_bytes``; 0: no bound); past either, the least
         recently used are closed."""
         self.root = root
         self.memory = memory
+        self.cached = cached and not memory
+        # graphs durable through their snapshots: the projector holds commits past them
+        self.held = memory or self.cached
         self.keys = keys
         # set by the process that runs the projector, when it takes tenant snapshots
         self.snapshots: Snapshotter | None = None
@@ -92,7 +115,7 @@ class TenantStores:
         self._exclusive: dict[str, asyncio.Lock] = {}
         # called with a tenant once its erasure is done: caches of its past (as_of) drop their copies
         self.erasure_listeners: list[Callable[[str], None]] = []
-        # set by the projector in memory mode: whether this process's partitions hold the tenant. A
+        # set by the projector when graphs are held: whether this process's partitions hold the tenant. A
         # graph opened for a tenant another process projects would be stale from the first event it
         # applies there, so none is (``streams.group``)
         self.owns: Callable[[str], bool] | None = None
@@ -116,7 +139,9 @@ class TenantStores:
             # a tenant moved here from another process of the group: its snapshots say it exists
             return self.snapshots is not None and self.snapshots.newest(tenant) is not None
         self.rewrites.finish_vacuum(tenant)
-        return self._path(tenant).is_dir()
+        if self._path(tenant).is_dir():
+            return True
+        return self.cached and self.snapshots is not None and self.snapshots.newest(tenant) is not None
 
     def get(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
         """The tenant's graph; None when it has none yet and ``create`` is false."""
@@ -126,23 +151,56 @@ class TenantStores:
             return graph
         if not create and not self.exists(tenant):
             return None
+        if self.held and self.owns is not None and not self.owns(tenant):
+            return None
         if self.memory:
-            if self.owns is not None and not self.owns(tenant):
-                return None
             return self._open_memory(tenant)
         if (self._path(tenant).parent / ERASING).exists():
             self.rewrites.finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
-        try:
-            graph = TenantGraph(self._path(tenant), self.knowledge)
-        except OSError:
-            gc.collect()  # an evicted handle may still hold the RocksDB lock until collected
-            graph = opened(tenant, lambda: TenantGraph(self._path(tenant), self.knowledge))
+        graph = self._open_cached(tenant) if self.cached else self._open_disk(tenant)
         self._opened(tenant, graph)
         return graph
 
+    def _open_disk(self, tenant: str) -> TenantGraph:
+        try:
+            return TenantGraph(self._path(tenant), self.knowledge)
+        except OSError:
+            gc.collect()  # an evicted handle may still hold the RocksDB lock until collected
+            return opened(tenant, lambda: TenantGraph(self._path(tenant), self.knowledge))
+
+    def _open_cached(self, tenant: str) -> TenantGraph:
+        """The tenant's store here if it holds at least its newest snapshot's events; otherwise
+        that snapshot, restored in its place (picked again if another process deletes it as it is
+        read). Its ``saved`` is that snapshot's position: the events after it are held."""
+        path = self._path(tenant)
+        for _ in range(PICKS):
+            newest = self.snapshots.newest(tenant) if self.snapshots is not None else None
+            graph = self._open_disk(tenant) if path.is_dir() else None
+            if newest is not None and (graph is None or behind(graph.checkpoint(), newest.position)):
+                if graph is not None:
+                    log.info(
+                        "tenant %s: its store here is at %s, its newest snapshot at %d:%d: restoring that",
+                        tenant, graph.checkpoint(), newest.partition, newest.offset,
+                    )  # fmt: skip
+                    del graph
+                    gc.collect()  # the RocksDB handle and its lock go with the last reference
+                self.close_indexes(tenant)
+                shutil.rmtree(path.parent, ignore_errors=True)  # its indexes are rebuilt from the graph
+                try:
+                    self.snapshots.restore(newest, path)  # type: ignore[union-attr]
+                except Vanished:
+                    continue
+                graph = self._open_disk(tenant)
+            if graph is None:
+                graph = self._open_disk(tenant)
+            graph.cached = True
+            graph.saved = newest.position if newest is not None else None
+            return graph
+        raise Vanished(f"tenant {tenant}: its newest snapshot was deleted as it was read, {PICKS} times")
+
     def _opened(self, tenant: str, graph: TenantGraph) -> None:
         self._open[tenant] = graph
-        if not self.memory:  # in memory, ``trim`` evicts, between the projector's batches
+        if not self.held:  # held graphs: ``trim`` evicts, between the projector's batches
             for old in self._over_budget():
                 self._close(old)
 
@@ -274,7 +332,7 @@ class TenantStores:
         """Close every open tenant ``keep`` refuses (snapshotted first if unsaved), each while held
         (no index commit under it); how many. For tenants whose partition left this process: when
         it comes back they open from their newest snapshot, not from a copy another process has
-        moved past meanwhile."""
+        moved past meanwhile. Cached on disk, their directories go too, open or not."""
         dropped = 0
         for tenant in [t for t in self._open if not keep(t)]:
             async with self.exclusive(tenant):
@@ -284,10 +342,16 @@ class TenantStores:
                 del graph
                 self._close(tenant)
                 dropped += 1
+        if self.cached:
+            for tenant in [t for t in self.tenants() if t not in self._open and not keep(t)]:
+                async with self.exclusive(tenant):
+                    if tenant not in self._open:
+                        gc.collect()  # a closed store's handle may still be referenced
+                        await asyncio.to_thread(shutil.rmtree, self.root / tenant, True)
         return dropped
 
     def unsaved(self) -> list[tuple[str, TenantGraph]]:
-        """The open in-memory graphs holding events no snapshot holds yet."""
+        """The open held graphs holding events no snapshot holds yet."""
         return [(t, g) for t, g in self._open.items() if g.unsaved()]
 
     def durable_below(self) -> dict[int, int]:

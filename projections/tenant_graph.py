@@ -117,8 +117,10 @@ class TenantGraph:
         self.unflushed = 0
         self.removed_unflushed = 0  # of those, deletions: tombstones every scan over them steps past
         self._ensure_inferred()
-        # in memory: the checkpoint its newest snapshot holds (None: none yet); the log after it
-        # is not durable anywhere but the log itself, so the projector commits no offset past it
+        # a disk store that is a cache of its snapshots (set by ``TenantStores``, with ``saved``)
+        self.cached = False
+        # held (in memory, or cached): the checkpoint its newest snapshot holds (None: none yet); the
+        # log after it is durable nowhere but the log itself, so the projector commits no offset past it
         self.saved: Position | None = self.checkpoint() if self.in_memory else None
 
     @property
@@ -146,9 +148,14 @@ class TenantGraph:
         if self._quads is not None:
             self._quads += net
 
+    @property
+    def held(self) -> bool:
+        """Whether the graph is durable through its snapshots (in memory, or a cache of them)."""
+        return self.in_memory or self.cached
+
     def unsaved(self) -> bool:
-        """Whether an in-memory graph holds events its newest snapshot does not."""
-        return self.in_memory and self.checkpoint() != self.saved
+        """Whether a held graph holds events its newest snapshot does not."""
+        return self.held and self.checkpoint() != self.saved
 
     # -- state ------------------------------------------------------------------------------
     def objects(self, subject: NamedNode, predicate: NamedNode) -> list[Term]:

@@ -41,11 +41,11 @@ KINDS = ("engram-serve", "engram-worker")  # a member's client id: the command t
 
 
 def projector_group(settings: Settings, objects: Objects) -> str:
-    """The projector's consumer group. In memory mode its id is the object store's (seeded, by the
-    first process, from its own data directory's, so a lone process keeps its committed offsets);
-    on disk, the data directory's (``Settings.projector_group``)."""
+    """The projector's consumer group. When tenants move (``Settings.tenants_move``) its id is the
+    object store's (seeded, by the first process, from its own data directory's, so a lone process
+    keeps its committed offsets); otherwise the data directory's (``Settings.projector_group``)."""
     own = settings.projector_group()
-    if settings.store != "memory":
+    if not settings.tenants_move:
         return own
     try:
         return f"{settings.consumer_group}-{objects.get(GROUP_KEY).decode().strip()}"
@@ -64,11 +64,11 @@ class NotShared(RuntimeError):
 
 
 def check_shared_keys(settings: Settings, objects: Objects) -> None:
-    """In memory mode, refuse to start unless this process's key store is the one the group's other
+    """When tenants move, refuse to start unless this process's key store is the one the group's other
     processes use: a tenant moved here would otherwise unseal none of its memories and project
     every one as erased, silently. The key store and the object store each keep a copy of one id
     (``KEYS_KEY``); a process whose key store has no id, or another, joins no group that has one."""
-    if settings.store != "memory":
+    if not settings.tenants_move:
         return
     try:
         expected: str | None = objects.get(KEYS_KEY).decode().strip()

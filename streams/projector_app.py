@@ -110,11 +110,13 @@ def create_app(
     Each record is reported to ``progress`` (reads, ``?wait=true``) as soon as its tenant's run
     commits, and goes to the indexer, which reports it again once its memories are also
     searchable; the batch is reported in log order (readiness) once it is all handled. With
-    stores in memory its offsets are committed only once snapshots hold it (``streams.held_acks``).
+    held stores (in memory, or caches on disk of their snapshots) its offsets are committed only
+    once snapshots hold it (``streams.held_acks``).
 
-    ``membership`` is told of every rebalance (``streams.group``). In memory mode a rebalance
+    ``membership`` is told of every rebalance (``streams.group``). With held stores a rebalance
     saves every unsaved tenant at once (the offsets it holds are then committed without waiting
-    for the timer), and a revoked partition's tenants are dropped from memory before it may move.
+    for the timer), and a revoked partition's tenants are dropped (cached on disk: deleted) before
+    it may move.
     """
     group = group or settings.projector_group()
     app = faust_app(
@@ -124,7 +126,7 @@ def create_app(
         url=membership.url if membership is not None else None,
         client_id=f"engram-{membership.kind}" if membership is not None else None,
     )
-    held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.memory else None
+    held = HeldAcks(stores, lambda: app.consumer, settings.snapshot_after_s) if stores.held else None
     # the agent's batches and the timer's snapshots, one at a time
     writing = held.writing if held is not None else asyncio.Lock()
     app.held_acks = held  # type: ignore[attr-defined]
@@ -199,26 +201,26 @@ def create_app(
         membership.group = group
         membership.assignor = app.assignor
 
-        if stores.memory:
+        if stores.held:
             stores.owns = membership.owns
 
         async def drop_others(why: str) -> None:
-            """Tenants whose partition is not this process's now leave memory (saved first)."""
+            """Tenants whose partition is not this process's now leave it (saved first)."""
             async with writing:
                 dropped = await stores.drop(membership.owns)
             if dropped:
-                log.info("%s: %d tenants saved and dropped from memory", why, dropped)
+                log.info("%s: %d tenants saved and dropped", why, dropped)
 
         @app.on_partitions_revoked.connect
         async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
             membership.revoked(revoked)
-            if stores.memory:  # Faust has waited for every event to be acked: all are saved
+            if stores.held:  # Faust has waited for every event to be acked: all are saved
                 await drop_others(f"partitions {sorted(tp.partition for tp in revoked)} revoked")
 
         @app.on_partitions_assigned.connect
         async def on_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
             membership.assigned(assigned)
-            if stores.memory:  # any opened meanwhile for a partition that is not ours
+            if stores.held:  # any opened meanwhile for a partition that is not ours
                 await drop_others("assignment")
 
     return app

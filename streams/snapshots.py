@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import cramjam
+from engram.projections.seams import PICKS, Vanished
 from engram.projections.tenant_graph import TenantGraph
 from engram.schemas.events import Position
 from engram.streams.objects import LocalObjects, MissingObject, Objects
@@ -45,13 +46,6 @@ from engram import metrics
 log = logging.getLogger(__name__)
 
 PREFIX = "snapshots"
-PICKS = 3  # a reader whose snapshot was deleted under it picks again this many times in all
-
-
-class Vanished(ValueError):
-    """The snapshot a reader picked was deleted (pruned, or purged after a forget) before it was
-    read: another process took a newer one. The reader picks again (``restore_nearest``,
-    ``load_newest``)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +62,11 @@ class Snapshot:
     @property
     def key(self) -> str:
         return f"{PREFIX}/{self.tenant}/{self.offset:020d}"
+
+    @property
+    def position(self) -> Position:
+        """The checkpoint it holds: the event at ``offset`` and every one of the tenant's before it."""
+        return Position(self.partition, self.offset, self.timestamp_ms)
 
     @property
     def descriptor(self) -> str:
@@ -141,8 +140,8 @@ class Snapshots:
             )  # fmt: skip
             self.objects.put(f"{key}.tar", data)
         self.objects.put(snap.descriptor, json.dumps(asdict(snap), sort_keys=True).encode())
-        if graph.in_memory:  # the events up to the snapshot's are durable without the log
-            graph.saved = Position(snap.partition, snap.offset, snap.timestamp_ms)
+        if graph.held:  # the events up to the snapshot's are durable without the log
+            graph.saved = snap.position
         metrics.snapshot_taken()
         if self.keep:
             self.prune(tenant)

@@ -57,7 +57,8 @@ def test_every_engram_variable_is_a_setting_and_validates(
     for name in WORKERS:
         with monkeypatch.context() as m:
             s = worker_settings(services[name], m)
-        assert s.store == "memory" and s.s3_endpoint == "http://s3:80", name
+        # the default mode, scaled out: the workers share the object store, so tenants move
+        assert s.store == "disk" and s.s3_endpoint == "http://s3:80" and s.tenants_move, name
         assert s.auth_secret == "test-engram_auth_secret"  # one secret, given by the user, for all
         assert str(s.data_dir) in volumes_of(services[name]).values()
         assert str(s.key_store_dir) == volumes_of(services[name])["engram-keys"]

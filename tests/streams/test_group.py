@@ -1,7 +1,8 @@
-"""Two and three `engram serve` processes in one consumer group (stores in memory, one object
-store, one key store and auth secret, a data directory each): a request sent to any is answered by
-the tenant's owner, and a kill -9 of one under a write load loses nothing and applies nothing twice:
-the survivors take its tenants over from their snapshots and the log, and each answers every read."""
+"""Two and three `engram serve` processes in one consumer group (stores in memory or on disk, one
+object store, one key store and auth secret, a data directory each): a request sent to any is
+answered by the tenant's owner, and a kill -9 of one under a write load loses nothing and applies
+nothing twice: the survivors take its tenants over from their snapshots and the log, and each
+answers every read. On disk, a process keeps a copy of only the tenants it owns."""
 
 from __future__ import annotations
 
@@ -27,12 +28,12 @@ pytestmark = pytest.mark.integration
 PARTITIONS, TENANTS, PER_TENANT = 12, 24, 60
 
 
-def members(broker: Settings, tmp_path: Path, n: int) -> list[Settings]:
+def members(broker: Settings, tmp_path: Path, n: int, store: str = "memory") -> list[Settings]:
     """``n`` processes' settings: what they must share, shared; their stores' directories and
     ports their own."""
     a = isolated_settings(broker, tmp_path / "p0", partitions=PARTITIONS).model_copy(
         update={
-            "store": "memory",
+            "store": store,
             "snapshot_every": 30,
             "snapshot_after_s": 1.0,
             "archive_dir": tmp_path / "objects",
@@ -115,11 +116,12 @@ def test_a_request_to_a_process_that_does_not_own_the_tenant_is_answered_by_its_
     assert "owned by" in looped.json()["detail"][0]["msg"]
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize(("n", "store"), [(2, "memory"), (3, "memory"), (2, "disk")])
 def test_kill_9_of_one_of_n_processes_loses_and_doubles_nothing(
-    broker: Settings, tmp_path: Path, request: pytest.FixtureRequest, n: int
+    broker: Settings, tmp_path: Path, request: pytest.FixtureRequest, n: int, store: str
 ) -> None:
-    settings = members(broker, tmp_path, n)
+    settings = members(broker, tmp_path, n, store)
+    assert all(s.tenants_move for s in settings)
     rng = random.Random(20261205 + n)
     streams, models = {}, {}
     for i in range(TENANTS):
@@ -152,9 +154,20 @@ def test_kill_9_of_one_of_n_processes_loses_and_doubles_nothing(
     while time.monotonic() < deadline and any(p["lag"] for p in status(settings[0])["partitions"]):
         time.sleep(0.2)
     assert not any(p["lag"] for p in status(settings[0])["partitions"])
-    print({"n": n, "handled_by_victim_at_kill": handled_by_victim, "takeover_s": round(took_over, 1)})
+    print(
+        {
+            "n": n,
+            "store": store,
+            "handled_by_victim_at_kill": handled_by_victim,
+            "takeover_s": round(took_over, 1),
+        }
+    )
     owners = {p["partition"]: p["owner"] for p in settled["partitions"]}
     by_url = {s.url: s for s in survivors}
+    if store == "disk":  # a process keeps a copy of the tenants it owns, and of no other
+        for server in survivors:
+            kept = sorted(p.name for p in server.settings.tenants_dir.iterdir() if (p / "graph").is_dir())
+            assert kept and all(owners[partition_for(t, PARTITIONS)] == server.url for t in kept), kept
     for tenant, model in models.items():
         owner = by_url[owners[partition_for(tenant, PARTITIONS)]]
         live = owner.http.get(f"{owner.url}/v1/tenants/{tenant}/graph")
