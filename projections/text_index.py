@@ -217,6 +217,10 @@ class TextIndex:
         return DOC_BYTES * docs + (WRITER_HEAP_BYTES if self._writer is not None else 0)
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def dirty(self) -> bool:
         return self._dirty or bool(self._recent)
 

@@ -110,6 +110,11 @@ class Indexer:
         done = 0
         for tenant, indexes in list(self._staged.items()):
             text = indexes.text
+            if text.closed:  # closed since it was staged (an eviction, an erasure): kept here, it
+                # would hold its graph, and the store's lock, for ever (a reopen found it locked)
+                if self._staged.get(tenant) is indexes:
+                    del self._staged[tenant]
+                continue
             if not everything and not text.flush_due():
                 continue
             job = text.begin_flush()

@@ -161,3 +161,33 @@ def test_an_idle_writer_is_closed_and_the_next_write_opens_one_again(tmp_path: P
     # test's leftover writer in this process would count in both)
     assert seen["writer_threads_while_writing"] - seen["writer_threads_idle"] >= 6  # type: ignore[operator]
     assert seen["found"] == ["cap", "tone"]
+
+
+def test_an_evicted_tenant_staged_for_a_commit_opens_again(tmp_path: Path) -> None:
+    """A tenant closed while its text index waited for a commit (an eviction between batches) is let
+    go by the indexer: it held the closed index, its graph and the store's lock for ever, and the
+    tenant's next open found its own store locked."""
+    tenant_stores = stores(tmp_path)
+    indexer = Indexer(tenant_stores, Progress())
+
+    async def go() -> None:
+        graph = tenant_stores.get("t", create=True)
+        assert graph is not None
+        ev = embed_missing([(0, event("MemoryRemembered", remembered("cap"), tenant="t"))], EMB)
+        outcome = graph.apply(ev[0][1], Position(0, 0, 1_700_000_000_000))
+        indexer.submit("t", Position(0, 0), outcome, ("cap",))
+        await indexer._pass()  # staged: its overlay waits for a commit
+        assert "t" in indexer._staged
+        del graph, outcome
+        tenant_stores._close("t")  # evicted
+        await indexer.flush()
+        assert "t" not in indexer._staged
+
+    try:
+        asyncio.run(go())
+        gc.collect()
+        again = tenant_stores.get("t")  # StoreLocked while the indexer held the old graph
+        assert again is not None and again.handled() == 1
+        del again
+    finally:
+        tenant_stores.close()
