@@ -290,9 +290,10 @@ def first_answers(server: Server, tenants: list[str]) -> dict[str, float]:
     return {"p50_s": round(statistics.median(took), 3), "max_s": round(max(took), 3), "answered": ok}
 
 
-def simulate(n: int, max_open: int, sample: int) -> dict[str, Any]:
+def simulate(n: int, max_open: int, sample: int, rest_s: float) -> dict[str, Any]:
     """``n`` small tenants through two processes on disk (the default mode, scaled out), each with
-    room for ``max_open`` open stores; then the second stopped and its tenants moved."""
+    room for ``max_open`` open stores; then the second stopped and its tenants moved. The
+    footprints are taken after ``rest_s`` of rest (idle text writers closed)."""
     events = workload(2 * n, n)  # each tenant: a memory, then a revision, a KPI or another memory
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp_:
         tmp = Path(tmp_)
@@ -311,6 +312,8 @@ def simulate(n: int, max_open: int, sample: int) -> dict[str, Any]:
                     last = done
                 time.sleep(0.5)
             wall = time.monotonic() - t0
+            hot = {"a": footprint(a), "b": footprint(b)}
+            time.sleep(rest_s)
             owners = {p["partition"]: p["owner"] for p in wait_members(sa, 2)["partitions"]}
             names = sorted({e["tenant"] for e in events})
             of_b = [t for t in names if owners[partition_for(t, PARTITIONS)] == b.url]
@@ -321,7 +324,8 @@ def simulate(n: int, max_open: int, sample: int) -> dict[str, Any]:
                 "max_open_stores": max_open,
                 "projected_s": round(wall, 1),
                 "events_per_s": round(len(events) / wall),
-                "after_projecting": {"a": footprint(a), "b": footprint(b)},
+                "after_projecting": hot,
+                f"after_{rest_s:g}s_of_rest": {"a": footprint(a), "b": footprint(b)},
                 # the first tenants projected were evicted long since: cold
                 "cold_first_answer": first_answers(a, of_a[:sample]),
             }
@@ -331,7 +335,8 @@ def simulate(n: int, max_open: int, sample: int) -> dict[str, Any]:
             out["rebalanced_s"] = round(time.monotonic() - stopped, 2)
             out["moved_tenants"] = len(of_b)
             out["moved_cold_first_answer"] = first_answers(a, of_b[:sample])  # restored from snapshots
-            out["after_the_move"] = {"a": footprint(a)}
+            time.sleep(rest_s)
+            out["after_the_move_and_rest"] = {"a": footprint(a)}
             return out
         finally:
             a.stop()
@@ -359,6 +364,7 @@ def main() -> None:
     p.add_argument(
         "--sample", type=int, default=50, help="cold tenants read for their first answer (--simulate)"
     )
+    p.add_argument("--rest", type=float, default=15.0, help="seconds of rest before a footprint (--simulate)")
     p.add_argument(
         "--rebalances",
         type=float,
@@ -369,7 +375,7 @@ def main() -> None:
     args = p.parse_args()
     stores = args.stores.split(",")
     if args.simulate:
-        print(json.dumps(simulate(args.simulate, args.max_open, args.sample), indent=2))
+        print(json.dumps(simulate(args.simulate, args.max_open, args.sample, args.rest), indent=2))
         return
     if args.rebalances:
         got = rebalances(args.events, args.tenants, args.reps, args.session_timeouts, args.rebalances)

@@ -214,13 +214,19 @@ def create_app(
         @app.on_partitions_revoked.connect
         async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
             membership.revoked(revoked)
-            if stores.held:  # Faust has waited for every event to be acked: all are saved
+            # Faust has waited for every event to be acked: all are saved. In memory, the tenants
+            # go now. Cached on disk, they stay until the assignment, which names those that moved
+            # (every partition is revoked at each rebalance, and most come back; no other process
+            # consumes one in between): deleting them here made each rebalance restore every
+            # tenant. A process that stops deletes its copies as it leaves.
+            if stores.memory or (held is not None and held.stopping):
                 await drop_others(f"partitions {sorted(tp.partition for tp in revoked)} revoked")
 
         @app.on_partitions_assigned.connect
         async def on_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
             membership.assigned(assigned)
-            if stores.held:  # any opened meanwhile for a partition that is not ours
+            if stores.held:  # any opened meanwhile for a partition that is not ours; cached on
+                # disk, the copies of the tenants that moved away
                 await drop_others("assignment")
 
     return app
