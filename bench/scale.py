@@ -72,7 +72,14 @@ def cpu_s(server: Server) -> float:
 
 
 def handled(server: Server) -> int:
-    return sum(server.readyz()["handled"].values())
+    """Events the server has handled; its loop may be busy for seconds (a batch of new tenants
+    opens their stores on it), so a read that times out is asked again."""
+    for _ in range(30):
+        try:
+            return sum(server.readyz()["handled"].values())
+        except httpx.TimeoutException:
+            continue
+    raise TimeoutError(f"{server.url} did not answer /readyz for 5 minutes")
 
 
 def wait_members(settings: Settings, n: int, timeout: float = 90) -> dict[str, Any]:

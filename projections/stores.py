@@ -11,7 +11,8 @@ With ``cached`` (on disk, when the processes of a group share one object store:
 after it, durable through snapshots in the same way: the projector commits no offset past them.
 Opened, it is used only if it holds at least the newest snapshot's events (another process may
 have projected the tenant past this copy while it owned its partition); otherwise that snapshot is
-restored in its place. When its partition leaves this process the tenant is snapshotted if
+restored in its place. When its partition leaves this process (the projector's ``drop`` at an
+assignment that does not give it back, or as the process stops) the tenant is snapshotted if
 unsaved, closed, and its directory deleted: a copy here would be stale, and it would keep the
 words of any memory its new owner forgets.
 """
@@ -32,7 +33,7 @@ from engram.projections.indexes import EmbedMemories, TenantIndexes
 from engram.projections.knowledge import Knowledge, load_knowledge
 from engram.projections.rewrites import ERASING, StoreRewrites
 from engram.projections.seams import PICKS, Keys, Snapshotter, Vanished
-from engram.projections.tenant_graph import QUAD_MEMTABLE_BYTES, TenantGraph, opened
+from engram.projections.tenant_graph import QUAD_MEMTABLE_BYTES, StoreOpening, TenantGraph, opened
 from engram.schemas import vocabulary as v
 from engram.schemas.events import Position
 from pyoxigraph import Store
@@ -113,6 +114,7 @@ class TenantStores:
         self._open: OrderedDict[str, TenantGraph] = OrderedDict()
         self._indexes: dict[str, TenantIndexes] = {}
         self._exclusive: dict[str, asyncio.Lock] = {}
+        self._opening: set[str] = set()  # stores being opened in a thread (``get_async``)
         # called with a tenant once its erasure is done: caches of its past (as_of) drop their copies
         self.erasure_listeners: list[Callable[[str], None]] = []
         # set by the projector when graphs are held: whether this process's partitions hold the tenant. A
@@ -149,6 +151,8 @@ class TenantStores:
         if graph is not None:
             self._open.move_to_end(tenant)
             return graph
+        if tenant in self._opening:
+            raise StoreOpening(tenant)
         if not create and not self.exists(tenant):
             return None
         if self.held and self.owns is not None and not self.owns(tenant):
@@ -158,6 +162,28 @@ class TenantStores:
         if (self._path(tenant).parent / ERASING).exists():
             self.rewrites.finish_erasure(tenant)  # a crash came between a forget's commit and its erasure
         graph = self._open_cached(tenant) if self.cached else self._open_disk(tenant)
+        self._opened(tenant, graph)
+        return graph
+
+    async def get_async(self, tenant: str, *, create: bool = False) -> TenantGraph | None:
+        """``get``, with a disk store opened (or made) in a thread: RocksDB's open costs 20-50 ms,
+        and the projector's batch of new tenants held the event loop for that long each (a
+        thousand new tenants, half a minute: health checks timed out). Meanwhile ``get`` of that
+        tenant raises ``StoreOpening`` (asked again, it is open)."""
+        graph = self._open.get(tenant)
+        if graph is not None or self.memory or tenant in self._opening:
+            return self.get(tenant, create=create)
+        if not create and not self.exists(tenant):
+            return None
+        if self.held and self.owns is not None and not self.owns(tenant):
+            return None
+        if (self._path(tenant).parent / ERASING).exists():
+            return self.get(tenant, create=create)  # an erasure to finish: rare, on the loop
+        self._opening.add(tenant)
+        try:
+            graph = await asyncio.to_thread(self._open_cached if self.cached else self._open_disk, tenant)
+        finally:
+            self._opening.discard(tenant)
         self._opened(tenant, graph)
         return graph
 

@@ -411,6 +411,14 @@ class StoreLocked(Exception):
         )
 
 
+class StoreOpening(StoreLocked):
+    """The tenant's store is being opened in a thread (``TenantStores.get_async``): asked again in
+    a moment (an HTTP read is a 503 with Retry-After), it is open."""
+
+    def __init__(self, tenant: str) -> None:  # not StoreLocked.__init__: no lock error to name
+        Exception.__init__(self, f"the store of tenant {tenant!r} is being opened")
+
+
 def opened(tenant: str, opener: Callable[[], _T]) -> _T:
     """``opener()``, with RocksDB's lock error (another process has the store) as StoreLocked."""
     try:

@@ -172,7 +172,7 @@ async def project(
         if results[i] is not None:
             continue
         tenant = record_tenant(record.key)
-        graph = stores.get(tenant) if tenant is not None else None
+        graph = await stores.get_async(tenant) if tenant is not None else None
         if graph is not None and graph.already_applied(record.position):
             results[i] = Result(tenant, Outcome(Status.SKIPPED))
             continue
@@ -310,7 +310,7 @@ async def _apply_run(
     for key_id in _forgotten_keys(graph, planned, forgotten) if stores.keys else ():
         # before the commit: a crash between the two applies the forget again, never skips it
         stores.keys.destroy(tenant, key_id)
-    graph = graph or stores.get(tenant, create=True)  # a new tenant's store: made to commit into
+    graph = graph or await stores.get_async(tenant, create=True)  # a new tenant's store: made to commit into
     assert graph is not None
     before = graph.handled()
     graph.commit_planned(planned)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from engram.projections.read import export_nquads
 from engram.projections.stores import TenantStores
+from engram.projections.tenant_graph import StoreOpening
 from engram.streams import codec
 from engram.streams.keystore import KeyStore
 from engram.streams.objects import LocalObjects
@@ -122,3 +124,32 @@ def test_an_erasure_of_a_cached_tenant_keeps_one_snapshot_and_no_words(tmp_path:
     assert (
         moved is not None and "bravoword" not in export_nquads(moved) and "alphaword" in export_nquads(moved)
     )
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_store_opened_off_the_loop_is_refused_meanwhile_then_shared(tmp_path: Path, cache: bool) -> None:
+    """The projector opens (or makes) a store in a thread (``get_async``): the loop goes on, a read
+    of that tenant meanwhile is told it is being opened (a 503 over HTTP), and after it is the one
+    open graph."""
+    stores = TenantStores(tmp_path / "tenants", cached=cache)
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    async def go() -> None:
+        ticker = asyncio.ensure_future(ticking())
+        opening = asyncio.ensure_future(stores.get_async("fresh", create=True))
+        await asyncio.sleep(0)  # the open has begun, in its thread
+        with pytest.raises(StoreOpening):
+            stores.get("fresh")
+        graph = await opening
+        ticker.cancel()
+        assert ticks > 0 and graph is not None and stores.get("fresh") is graph and graph.cached is cache
+        assert await stores.get_async("fresh") is graph and await stores.get_async("absent") is None
+
+    asyncio.run(go())
+    stores.close()
