@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engram.commands.answers import Refused
-from engram.projections.tenant_graph import StoreLocked
+from engram.projections.tenant_graph import StoreLocked, StoreOpening
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -150,7 +150,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StoreLocked)
     async def locked(request: Request, exc: StoreLocked) -> JSONResponse:
-        log.error("%s %s: %s", request.method, request.url.path, exc)
+        # a store being opened in a thread is a moment's wait, not a fault
+        say = log.info if isinstance(exc, StoreOpening) else log.error
+        say("%s %s: %s", request.method, request.url.path, exc)
         detail = [{"loc": [], "msg": f"{exc}; retry later", "type": TYPES[503]}]
         return JSONResponse(body(detail, 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 

@@ -203,7 +203,7 @@ class Settings(BaseSettings):
         ge=6.0,
         le=90.0,
         description="The projector's consumer-group session timeout: a process killed with kill -9 leaves "
-        "the group, and its tenants move, after this; heartbeats go every third of it, at most 2 s. At "
+        "the group, and its tenants move, after this; heartbeats go every third of it, at most 1 s. At "
         "least 6: brokers refuse less (group.min.session.timeout.ms); at most 90: faust refuses more "
         "(its broker_request_timeout).",
     )

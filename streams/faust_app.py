@@ -37,7 +37,8 @@ def faust_app(
         broker_commit_interval=1.0,
         # a worker that died (kill -9) leaves the group after this, not after Faust's 60 s default
         broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(2.0, settings.session_timeout_s / 3),
+        # after a kill -9 the survivors learn of the rebalance at their next heartbeat: at most 1 s
+        broker_heartbeat_interval=min(1.0, settings.session_timeout_s / 3),
         # records fetched but not yet taken, all partitions in one queue: a fresh write waits behind at
         # most these (Faust's 4096 held it behind a whole backlog); the rate is unchanged (bench/throughput)
         stream_buffer_maxsize=500,
