@@ -151,11 +151,7 @@ class TenantStores:
         if graph is not None:
             self._open.move_to_end(tenant)
             return graph
-        if tenant in self._opening:
-            raise StoreOpening(tenant)
-        if not create and not self.exists(tenant):
-            return None
-        if self.held and self.owns is not None and not self.owns(tenant):
+        if not self._to_open(tenant, create):
             return None
         if self.memory:
             return self._open_memory(tenant)
@@ -170,15 +166,12 @@ class TenantStores:
         and the projector's batch of new tenants held the event loop for that long each (a
         thousand new tenants, half a minute: health checks timed out). Meanwhile ``get`` of that
         tenant raises ``StoreOpening`` (asked again, it is open)."""
-        graph = self._open.get(tenant)
-        if graph is not None or self.memory or tenant in self._opening:
+        if tenant in self._open or self.memory or tenant in self._opening:
             return self.get(tenant, create=create)
-        if not create and not self.exists(tenant):
-            return None
-        if self.held and self.owns is not None and not self.owns(tenant):
-            return None
         if (self._path(tenant).parent / ERASING).exists():
             return self.get(tenant, create=create)  # an erasure to finish: rare, on the loop
+        if not self._to_open(tenant, create):
+            return None
         self._opening.add(tenant)
         try:
             graph = await asyncio.to_thread(self._open_cached if self.cached else self._open_disk, tenant)
@@ -186,6 +179,16 @@ class TenantStores:
             self._opening.discard(tenant)
         self._opened(tenant, graph)
         return graph
+
+    def _to_open(self, tenant: str, create: bool) -> bool:
+        """Whether ``tenant``, not open, is opened here: it exists (or is to be made), and held
+        graphs are opened only for this process's partitions. ``StoreOpening`` while a thread
+        opens it."""
+        if tenant in self._opening:
+            raise StoreOpening(tenant)
+        if not create and not self.exists(tenant):
+            return False
+        return not (self.held and self.owns is not None and not self.owns(tenant))
 
     def _open_disk(self, tenant: str) -> TenantGraph:
         try:
@@ -369,10 +372,12 @@ class TenantStores:
                 self._close(tenant)
                 dropped += 1
         if self.cached:
-            for tenant in [t for t in self.tenants() if t not in self._open and not keep(t)]:
+            gone = [t for t in self.tenants() if t not in self._open and not keep(t)]
+            if gone:
+                gc.collect()  # once, not per tenant: a closed store's handle may still be referenced
+            for tenant in gone:
                 async with self.exclusive(tenant):
                     if tenant not in self._open:
-                        gc.collect()  # a closed store's handle may still be referenced
                         await asyncio.to_thread(shutil.rmtree, self.root / tenant, True)
         return dropped
 

@@ -88,11 +88,17 @@ UNCANCELLABLE = (
 )
 
 
-def test_a_stop_that_takes_no_cancellation_is_left_behind_and_the_process_exits() -> None:
+def exits_promptly(script: str, within_s: float) -> subprocess.CompletedProcess[str]:
+    """``script`` run in a Python of its own: it exited 0 within ``within_s``."""
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", UNCANCELLABLE], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - began < 30
+    assert time.monotonic() - began < within_s
+    return done
+
+
+def test_a_stop_that_takes_no_cancellation_is_left_behind_and_the_process_exits() -> None:
+    done = exits_promptly(UNCANCELLABLE, within_s=30)
     assert done.stdout == "went on\n"
     assert "the stubborn part did not stop in time (is the broker down?): cut short" in done.stderr
     assert "exiting without what did not stop: the stubborn part" in done.stderr, done.stderr
@@ -109,8 +115,5 @@ STUCK = (
 
 
 def test_a_thread_left_running_by_a_stop_does_not_keep_the_process_alive() -> None:
-    began = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", STUCK], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert time.monotonic() - began < 20
+    done = exits_promptly(STUCK, within_s=20)
     assert "exiting without what did not stop: stuck-consumer" in done.stderr, done.stderr
